@@ -1,0 +1,1 @@
+"""One module per paper figure: ``python -m paper_figures.<name>``."""

@@ -1,0 +1,177 @@
+"""Reward rates of stationary policies in a contextual continuous-time bandit.
+
+All functions here work on the exact mean table of an instance and are plain NumPy in float64:
+they are used to build instances and to score agents (``rho_star``), never inside a jitted loop.
+
+Notation (DESIGN.md section 2): contexts ``x = 0..C-1`` with probabilities ``p`` (shape ``(C,)``),
+actions ``a = 0..A-1``, mean reward ``rbar`` and mean duration ``dbar`` (shape ``(C, A)``, duration
+strictly positive). A deterministic stationary policy ``u`` is an int array of shape ``(C,)``.
+
+- ``rho(u) = sum_x p(x) rbar(x, u(x)) / sum_x p(x) dbar(x, u(x))``
+- ``q_rho(x, a) = rbar(x, a) - rho * dbar(x, a)``, greedy policy ``u_rho(x) = argmax_a q_rho(x, a)``
+- ``g(rho) = rho(u_rho)``, ``F(rho) = sum_x p(x) max_a q_rho(x, a)``; F is convex, strictly
+  decreasing, and ``F(rho_star) = 0`` (Dinkelbach, Management Science 13(7), 1967).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+__all__ = [
+    "check_instance",
+    "relative_values",
+    "greedy_policy",
+    "policy_rate",
+    "greedy_rate",
+    "F",
+    "rho_star_dinkelbach",
+    "rho_star_bisection",
+    "rho_star_bruteforce",
+    "rho_star",
+    "gaps",
+]
+
+# Ties in argmax are broken toward the lowest index, as np.argmax does.
+
+
+def check_instance(p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray):
+    """Validate and convert an instance's mean table to float64 arrays.
+
+    Args:
+      p: context probabilities, shape ``(C,)``, non-negative, summing to 1 (to 1e-9).
+      rbar: mean rewards, shape ``(C, A)``, finite.
+      dbar: mean durations (time units), shape ``(C, A)``, finite and > 0.
+
+    Returns:
+      ``(p, rbar, dbar)`` as float64 NumPy arrays.
+
+    Raises:
+      ValueError: naming the offending value on wrong shapes, NaN/inf, non-positive durations,
+        negative probabilities or probabilities that do not sum to 1.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    rbar = np.asarray(rbar, dtype=np.float64)
+    dbar = np.asarray(dbar, dtype=np.float64)
+    if rbar.ndim != 2 or rbar.shape[0] < 1 or rbar.shape[1] < 1:
+        raise ValueError(f"rbar must have shape (C >= 1, A >= 1), got {rbar.shape}")
+    if dbar.shape != rbar.shape:
+        raise ValueError(f"dbar shape {dbar.shape} differs from rbar shape {rbar.shape}")
+    if p.shape != (rbar.shape[0],):
+        raise ValueError(f"p must have shape ({rbar.shape[0]},), got {p.shape}")
+    if not np.all(np.isfinite(rbar)):
+        bad = np.argwhere(~np.isfinite(rbar))[0]
+        raise ValueError(f"rbar{tuple(bad.tolist())} = {rbar[tuple(bad)]} is not finite")
+    if not np.all(np.isfinite(dbar)) or np.any(dbar <= 0):
+        bad = np.argwhere(~(np.isfinite(dbar) & (dbar > 0)))[0]
+        raise ValueError(
+            f"durations must be finite and > 0: dbar{tuple(bad.tolist())} = {dbar[tuple(bad)]}"
+        )
+    if not np.all(np.isfinite(p)) or np.any(p < 0) or abs(p.sum() - 1.0) > 1e-9:
+        raise ValueError(f"p must be a probability vector, got {p.tolist()}")
+    return p, rbar, dbar
+
+
+def relative_values(rho: float, rbar: np.ndarray, dbar: np.ndarray) -> np.ndarray:
+    """``q_rho(x, a) = rbar(x, a) - rho * dbar(x, a)``, shape ``(C, A)`` float64."""
+    return np.asarray(rbar, np.float64) - float(rho) * np.asarray(dbar, np.float64)
+
+
+def greedy_policy(rho: float, rbar: np.ndarray, dbar: np.ndarray) -> np.ndarray:
+    """Greedy policy ``u_rho(x) = argmax_a q_rho(x, a)``, int64 shape ``(C,)`` (lowest index on ties)."""
+    return np.argmax(relative_values(rho, rbar, dbar), axis=1)
+
+
+def policy_rate(u: np.ndarray, p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> float:
+    """Reward rate ``rho(u)`` of the deterministic policy ``u`` (int array ``(C,)``)."""
+    rows = np.arange(rbar.shape[0])
+    return float(np.dot(p, rbar[rows, u]) / np.dot(p, dbar[rows, u]))
+
+
+def greedy_rate(rho: float, p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> float:
+    """``g(rho) = rho(u_rho)``: the rate of the greedy policy for ``rho``."""
+    return policy_rate(greedy_policy(rho, rbar, dbar), p, rbar, dbar)
+
+
+def F(rho: float, p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> float:
+    """``F(rho) = sum_x p(x) max_a q_rho(x, a)``; convex, strictly decreasing, zero at rho_star."""
+    return float(np.dot(p, relative_values(rho, rbar, dbar).max(axis=1)))
+
+
+def rho_star_dinkelbach(
+    p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray, rho0: float = 0.0, max_iter: int = 10_000
+) -> tuple[float, np.ndarray, int]:
+    """Optimal rate by exact Dinkelbach iteration ``rho_{k+1} = g(rho_k)``.
+
+    Stops when the greedy policy repeats (then ``F(rho_k) = 0`` exactly in exact arithmetic).
+    From ``rho0 <= rho_star`` the sequence is non-decreasing after step one and visits each greedy
+    policy at most once, so it terminates (Dinkelbach 1967; proofs/approximate_dinkelbach.md).
+
+    Returns:
+      ``(rho_star, u_star, iterations)``: float, int64 ``(C,)``, int.
+
+    Raises:
+      ValueError: bad instance (see ``check_instance``) or no convergence within ``max_iter``.
+    """
+    p, rbar, dbar = check_instance(p, rbar, dbar)
+    rho = float(rho0)
+    u = greedy_policy(rho, rbar, dbar)
+    for k in range(1, max_iter + 1):
+        rho = policy_rate(u, p, rbar, dbar)
+        u_next = greedy_policy(rho, rbar, dbar)
+        if np.array_equal(u_next, u) or policy_rate(u_next, p, rbar, dbar) <= rho:
+            return rho, u, k
+        u = u_next
+    raise ValueError(f"Dinkelbach did not converge in max_iter={max_iter} steps")
+
+
+def rho_star_bisection(
+    p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray, tol: float = 1e-13
+) -> float:
+    """Optimal rate as the root of ``F`` by bisection (independent check of Dinkelbach).
+
+    The root lies in ``[min rbar/dbar, max rbar/dbar]`` because rho_star is a weighted mean of
+    per-action ratios of some policy. Returns a float within ``tol`` (absolute) of rho_star.
+    """
+    p, rbar, dbar = check_instance(p, rbar, dbar)
+    ratios = rbar / dbar
+    lo, hi = float(ratios.min()), float(ratios.max())
+    while hi - lo > tol * max(1.0, abs(hi)):
+        mid = 0.5 * (lo + hi)
+        if F(mid, p, rbar, dbar) > 0.0:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def rho_star_bruteforce(
+    p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray, max_policies: int = 2_000_000
+) -> tuple[float, np.ndarray]:
+    """Optimal rate by enumerating all ``A**C`` deterministic policies (small instances only).
+
+    Raises:
+      ValueError: if ``A**C > max_policies``.
+    """
+    p, rbar, dbar = check_instance(p, rbar, dbar)
+    C, A = rbar.shape
+    if A**C > max_policies:
+        raise ValueError(f"A**C = {A}**{C} policies exceeds max_policies={max_policies}")
+    best, best_u = -np.inf, None
+    for u in itertools.product(range(A), repeat=C):
+        val = policy_rate(np.asarray(u), p, rbar, dbar)
+        if val > best:
+            best, best_u = val, np.asarray(u)
+    return float(best), best_u
+
+
+def rho_star(p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> float:
+    """Optimal reward rate ``rho_star`` (exact Dinkelbach), float."""
+    return rho_star_dinkelbach(p, rbar, dbar)[0]
+
+
+def gaps(p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> np.ndarray:
+    """Per-action pseudo-regret ``GAP(x, a) = max_b q_{rho*}(x, b) - q_{rho*}(x, a)``, ``(C, A)`` >= 0."""
+    q = relative_values(rho_star(p, rbar, dbar), rbar, dbar)
+    return q.max(axis=1, keepdims=True) - q

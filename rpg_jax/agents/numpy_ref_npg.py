@@ -1,0 +1,245 @@
+"""Plain NumPy per-seed reference loop of NPG-NIW / SPG-NIW (the baseline for benchmarks).
+
+A direct, one-decision-at-a-time Python loop, deliberately written the way the authors' NumPy code
+is described (DESIGN.md sections 4, 5 and 8): every ``refit_every`` decisions the NIW posterior is
+refit from the slots and ``rho_hat`` is re-estimated by drawing ``num_batches x num_slots``
+bivariate Student-t vectors. Same semantics, step order and tie-breaking as
+``rpg_jax.agents.npg`` (see its module docstring); only the random streams differ, so the two
+agree in distribution, not sample by sample. Never used inside JAX code.
+
+NIW estimator (DESIGN.md section 4): ``y = (slot reward sum, log slot time sum)``, d = 2. State
+starts at ``mu0 = 0, kappa0 = 1e-3, nu0 = 3, psi0 = 1e-3 I``; each refit uses the prior
+``(mu, lam kappa, max(lam nu, d + 2), lam psi)`` and the conjugate update on the usable slots
+(``slot_d > 0``); with fewer than 2 usable slots nothing changes. ``rho_hat`` = max(0, the
+``quantile`` of mean(r)/mean(exp(y_2)) over ``num_batches`` batches of ``num_slots`` posterior
+predictive draws); the predictive is multivariate Student-t with ``df = nu - d + 1`` and scale
+``psi (kappa + 1) / (kappa df)`` (Murphy 2007, "Conjugate Bayesian analysis of the Gaussian
+distribution", section 9).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from rpg_jax import rates
+
+__all__ = [
+    "NIWNumpy",
+    "niw_init",
+    "niw_update",
+    "niw_estimate",
+    "sample_env_numpy",
+    "run_npg_numpy",
+]
+
+_D = 2
+
+
+class NIWNumpy(NamedTuple):
+    """NIW posterior in NumPy float64: ``mu (2,)``, ``kappa ()``, ``nu ()``, ``psi (2, 2)``."""
+
+    mu: np.ndarray
+    kappa: float
+    nu: float
+    psi: np.ndarray
+
+
+def niw_init() -> NIWNumpy:
+    """The first prior ``mu0 = 0, kappa0 = 1e-3, nu0 = 3, psi0 = 1e-3 I`` (DESIGN.md section 4)."""
+    return NIWNumpy(np.zeros(_D), 1e-3, 3.0, 1e-3 * np.eye(_D))
+
+
+def niw_update(
+    niw: NIWNumpy, slot_r: np.ndarray, slot_d: np.ndarray, lam: float = 0.3
+) -> tuple[NIWNumpy, bool]:
+    """Forgetting prior then conjugate NIW update on the usable slots (``slot_d > 0``).
+
+    Args:
+      niw: current posterior.
+      slot_r, slot_d: slot reward / duration sums, float ``(S,)``.
+      lam: forgetting factor in ``(0, 1]``.
+
+    Returns:
+      ``(posterior, updated)``; ``updated`` is False (and ``niw`` returned unchanged) when fewer
+      than 2 slots are usable.
+    """
+    use = slot_d > 0
+    n = int(use.sum())
+    if n < 2:
+        return niw, False
+    y = np.stack([slot_r[use], np.log(slot_d[use])], axis=1)
+    k0 = lam * niw.kappa
+    nu0 = max(lam * niw.nu, _D + 2.0)
+    psi0 = lam * niw.psi
+    ybar = y.mean(axis=0)
+    dev = y - ybar
+    scatter = dev.T @ dev
+    kn = k0 + n
+    mun = (k0 * niw.mu + n * ybar) / kn
+    dm = (ybar - niw.mu)[:, None]
+    psin = psi0 + scatter + (k0 * n / kn) * (dm @ dm.T)
+    return NIWNumpy(mun, kn, nu0 + n, psin), True
+
+
+def niw_estimate(
+    niw: NIWNumpy,
+    rng: np.random.Generator,
+    num_slots: int = 128,
+    num_batches: int = 1000,
+    quantile: float = 0.95,
+) -> float:
+    """``rho_hat`` from ``num_batches x num_slots`` posterior predictive Student-t draws (float)."""
+    df = niw.nu - _D + 1.0
+    scale = niw.psi * (niw.kappa + 1.0) / (niw.kappa * df)
+    chol = np.linalg.cholesky(scale)
+    z = rng.standard_normal((num_batches, num_slots, _D))
+    w = rng.chisquare(df, (num_batches, num_slots, 1)) / df
+    y = niw.mu + (z @ chol.T) / np.sqrt(w)
+    ratio = y[..., 0].mean(axis=1) / np.exp(y[..., 1]).mean(axis=1)
+    return max(0.0, float(np.quantile(ratio, quantile)))
+
+
+def sample_env_numpy(params: Any, x: int, a: int, rng: np.random.Generator) -> tuple[float, float]:
+    """One ``(r, delta)`` from an ``rpg_jax.envs.EnvParams`` instance (Gaussian or lognormal model).
+
+    ``(Z1, Z2)`` standard normal with correlation ``params.corr``; Gaussian:
+    ``r = max(loc_r + sigma_r Z1, r_floor)``; lognormal: ``r = max(exp(log loc_r - sigma_r^2/2 +
+    sigma_r Z1), r_floor)``; the same for ``delta`` with ``Z2`` (DESIGN.md section 3).
+    """
+    z1, w = rng.standard_normal(2)
+    c = float(params.corr)
+    z2 = c * z1 + np.sqrt(max(0.0, 1.0 - c * c)) * w
+    lr, ld = float(params.loc_r[x, a]), float(params.loc_d[x, a])
+    sr, sd = float(params.sigma_r[x, a]), float(params.sigma_d[x, a])
+    if bool(params.lognormal):
+        r = np.exp(np.log(lr) - 0.5 * sr * sr + sr * z1) if lr > 0 else 0.0
+        d = np.exp(np.log(ld) - 0.5 * sd * sd + sd * z2)
+    else:
+        r = lr + sr * z1
+        d = ld + sd * z2
+    return max(float(r), float(params.r_floor[x, a])), max(float(d), float(params.d_floor[x, a]))
+
+
+def run_npg_numpy(
+    params: Any,
+    n_steps: int,
+    lr: float,
+    age_bound: float,
+    seed: int,
+    *,
+    natural: bool = True,
+    num_slots: int = 128,
+    refit_every: int = 8,
+    num_batches: int = 1000,
+    quantile: float = 0.95,
+    lam: float = 0.3,
+    sample: Callable | None = None,
+) -> dict:
+    """Run NPG-NIW (``natural=True``) or SPG-NIW for one seed in plain NumPy.
+
+    Args:
+      params: instance with ``p (C,)``, exact means ``rbar, dbar (C, A)``, and optionally
+        ``rho_star`` and ``gap`` (computed with ``rpg_jax.rates`` when absent); an
+        ``rpg_jax.envs.EnvParams`` (single instance, no seed axis) works as is.
+      n_steps: number of decisions ``n``.
+      lr: step size; age_bound: slot age bound in decisions.
+      seed: seed of ``np.random.default_rng`` (the whole trajectory).
+      natural, num_slots, refit_every, num_batches, quantile, lam: as in ``rpg_jax.agents.npg``
+        and DESIGN.md section 4.
+      sample: ``(x, a, rng) -> (r, delta)``; default :func:`sample_env_numpy` on ``params``.
+
+    Returns:
+      dict with ``regret`` (``R_n = rho_star sum delta - sum r``), ``pseudo_regret``
+      (``sum GAP(x_t, a_t)``), ``rho_hat`` (last estimate), ``theta`` ``(C, A)``, ``num_refits``
+      and ``seconds`` (wall time of the loop, and ``refit_seconds`` of it in refits).
+
+    Raises:
+      ValueError: on a non-positive ``n_steps``, ``num_slots`` or ``refit_every``, or a bad
+        instance.
+    """
+    for name, v in (("n_steps", n_steps), ("num_slots", num_slots), ("refit_every", refit_every)):
+        if int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    p, rbar, dbar = rates.check_instance(params.p, params.rbar, params.dbar)
+    if getattr(params, "rho_star", None) is not None:
+        rho_star = float(params.rho_star)
+    else:
+        rho_star = rates.rho_star(p, rbar, dbar)
+    if getattr(params, "gap", None) is not None:
+        gap = np.asarray(params.gap, dtype=np.float64)
+    else:
+        gap = rates.gaps(p, rbar, dbar)
+    if sample is None:
+        sample = lambda x, a, rng: sample_env_numpy(params, x, a, rng)  # noqa: E731
+    C, A = rbar.shape
+    S = int(num_slots)
+    rng = np.random.default_rng(seed)
+    cum_p = np.cumsum(p)
+
+    theta = np.zeros((C, A))
+    n = np.zeros((C, A), dtype=np.int64)
+    sum_r = np.zeros((C, A))
+    sum_d = np.zeros((C, A))
+    slot_r = np.zeros(S)
+    slot_d = np.zeros(S)
+    slot_n = np.zeros(S, dtype=np.int64)
+    slot_start = np.zeros(S, dtype=np.int64)
+    ptr = 0
+    niw = niw_init()
+    rho_hat = 0.0
+    total_r = total_d = pseudo = 0.0
+    num_refits = 0
+    refit_seconds = 0.0
+    t0 = time.perf_counter()
+    for t in range(int(n_steps)):
+        x = min(int(np.searchsorted(cum_p, rng.random(), side="right")), C - 1)
+        logits = theta[x] - theta[x].max()
+        pi = np.exp(logits)
+        pi /= pi.sum()
+        a = min(int(np.searchsorted(np.cumsum(pi), rng.random(), side="right")), A - 1)
+        r, d = sample(x, a, rng)
+        total_r += r
+        total_d += d
+        pseudo += gap[x, a]
+        # 1. greedy w.r.t. theta before the update; 2. arm statistics.
+        greedy = a == int(np.argmax(theta[x]))
+        n[x, a] += 1
+        sum_r[x, a] += r
+        sum_d[x, a] += d
+        # 3. slot ageing, then the greedy sample round-robin.
+        stale = (slot_n > 0) & (t - slot_start > age_bound)
+        slot_r[stale] = 0.0
+        slot_d[stale] = 0.0
+        slot_n[stale] = 0
+        if greedy:
+            if slot_n[ptr] == 0:
+                slot_start[ptr] = t
+            slot_r[ptr] += r
+            slot_d[ptr] += d
+            slot_n[ptr] += 1
+            ptr = (ptr + 1) % S
+        # 4. refit every `refit_every` decisions.
+        if (t + 1) % refit_every == 0:
+            tr = time.perf_counter()
+            niw, updated = niw_update(niw, slot_r, slot_d, lam)
+            if updated:
+                rho_hat = niw_estimate(niw, rng, S, num_batches, quantile)
+            num_refits += 1
+            refit_seconds += time.perf_counter() - tr
+        # 5. policy step on the visited context.
+        q = np.where(n[x] > 0, (sum_r[x] - rho_hat * sum_d[x]) / np.maximum(n[x], 1), 0.0)
+        adv = q - pi @ q
+        theta[x] += lr * (adv if natural else pi * adv)
+    return {
+        "regret": rho_star * total_d - total_r,
+        "pseudo_regret": pseudo,
+        "rho_hat": rho_hat,
+        "theta": theta,
+        "num_refits": num_refits,
+        "seconds": time.perf_counter() - t0,
+        "refit_seconds": refit_seconds,
+    }

@@ -1,0 +1,360 @@
+"""NPG-NIW / SPG-NIW agents (rpg_jax.agents.npg) and the NumPy reference loop (numpy_ref_npg)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rpg_jax import rates
+from rpg_jax.agents.npg import (
+    PGHyper,
+    make_pg_agent,
+    make_pg_fns,
+    oracle_estimator,
+    relative_value_estimate,
+)
+
+F64 = jnp.float64
+
+
+def _hyper(lr=0.5, age_bound=25):
+    return PGHyper(jnp.asarray(lr, F64), jnp.asarray(age_bound, F64))
+
+
+class _RatioState(NamedTuple):
+    rho_hat: jax.Array
+    num_refits: jax.Array
+
+
+class _RatioEstimator(NamedTuple):
+    """Cheap key-dependent estimator for tests: pooled slot ratio times (1 + 0.01 U(-1, 1))."""
+
+    def init(self, dtype=jnp.float32):
+        return _RatioState(jnp.zeros((), dtype), jnp.zeros((), jnp.int32))
+
+    def refit(self, est, slot_r, slot_d, key):
+        tot_d = slot_d.sum()
+        ratio = jnp.where(tot_d > 0, slot_r.sum() / jnp.where(tot_d > 0, tot_d, 1.0), est.rho_hat)
+        jitter = 1.0 + 0.01 * jax.random.uniform(key, (), slot_r.dtype, -1.0, 1.0)
+        return _RatioState(ratio * jitter, est.num_refits + 1)
+
+
+def _softmax(v):
+    e = np.exp(v - v.max())
+    return e / e.sum()
+
+
+# ---------------------------------------------------------------- one step against the formula
+
+
+@pytest.mark.parametrize("natural", [True, False])
+def test_one_step_matches_hand_formula(natural):
+    C, A = 2, 4
+    rng = np.random.default_rng(0)
+    init, _, fns = make_pg_fns(C, A, natural=natural, num_slots=4, estimator=oracle_estimator(0.4))
+    hyper = _hyper(lr=0.7)
+    s = init(hyper, jax.random.key(0))
+    theta = rng.normal(size=(C, A))
+    n = np.array([[2, 0, 3, 1], [1, 1, 1, 1]])
+    sum_r = rng.uniform(0, 2, size=(C, A)) * n
+    sum_d = rng.uniform(0.5, 2, size=(C, A)) * n
+    s = s._replace(theta=jnp.asarray(theta), n=jnp.asarray(n, jnp.int32))
+    s = s._replace(sum_r=jnp.asarray(sum_r), sum_d=jnp.asarray(sum_d))
+    x, a, r, d = 0, 2, 1.3, 0.9
+    out = fns.update_stats_and_theta(s, hyper, x, a, r, d)
+
+    n2, sr2, sd2 = n.copy(), sum_r.copy(), sum_d.copy()
+    n2[x, a] += 1
+    sr2[x, a] += r
+    sd2[x, a] += d
+    q = np.array(
+        [(sr2[x, b] - 0.4 * sd2[x, b]) / n2[x, b] if n2[x, b] > 0 else 0.0 for b in range(A)]
+    )
+    assert n2[x, 1] == 0  # the n = 0 convention is exercised
+    pi = _softmax(theta[x])
+    adv = q - pi @ q
+    expect = theta.copy()
+    expect[x] += 0.7 * (adv if natural else pi * adv)
+    np.testing.assert_allclose(np.asarray(out.theta), expect, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(np.asarray(out.n), n2)
+    np.testing.assert_allclose(np.asarray(out.sum_r), sr2, atol=1e-12)
+    other = fns.update_stats_and_theta(s, hyper, x, a, r, d)  # deterministic: same again
+    np.testing.assert_array_equal(np.asarray(other.theta), np.asarray(out.theta))
+
+
+def test_npg_and_spg_differ():
+    _, _, npg = make_pg_fns(1, 3, natural=True, num_slots=2, estimator=oracle_estimator(0.2))
+    init, _, spg = make_pg_fns(1, 3, natural=False, num_slots=2, estimator=oracle_estimator(0.2))
+    s = init(_hyper(), jax.random.key(0))
+    s = s._replace(theta=jnp.asarray([[0.3, -0.1, 0.5]]))
+    a = npg.update_stats_and_theta(s, _hyper(), 0, 1, 1.0, 1.0).theta
+    b = spg.update_stats_and_theta(s, _hyper(), 0, 1, 1.0, 1.0).theta
+    assert float(jnp.abs(a - b).max()) > 1e-3
+
+
+def test_relative_value_estimate_zero_count():
+    q = relative_value_estimate(
+        jnp.asarray([0, 2]), jnp.asarray([5.0, 3.0]), jnp.asarray([1.0, 2.0]), jnp.asarray(0.5)
+    )
+    np.testing.assert_allclose(np.asarray(q), [0.0, (3.0 - 1.0) / 2])
+
+
+# ---------------------------------------------------------------- NPG decoupling identity
+
+
+def _run_exact(natural, C=3, A=4, k=60, lr=0.3, seed=1):
+    """k decisions with deterministic outcomes (r, delta) = (rbar, dbar), oracle rho_star and
+    arm statistics pre-filled with one exact sample each, so every step uses Q = q_{rho*}."""
+    rng = np.random.default_rng(seed)
+    rbar = rng.uniform(0.2, 1.5, size=(C, A))
+    dbar = rng.uniform(0.5, 2.5, size=(C, A))
+    p = np.full(C, 1.0 / C)
+    rho = rates.rho_star(p, rbar, dbar)
+    agent = make_pg_agent(C, A, natural=natural, num_slots=8, estimator=oracle_estimator(rho))
+    hyper = _hyper(lr=lr)
+    s = agent.init(hyper, jax.random.key(0))
+    s = s._replace(n=jnp.ones((C, A), jnp.int32), sum_r=jnp.asarray(rbar), sum_d=jnp.asarray(dbar))
+    xs = jnp.asarray(rng.integers(0, C, size=k), jnp.int32)
+    rb, db = jnp.asarray(rbar), jnp.asarray(dbar)
+
+    def step(s, inp):
+        x, key = inp
+        ka, ku = jax.random.split(key)
+        a = agent.act(s, hyper, x, ka)
+        return agent.update(s, hyper, x, a, rb[x, a], db[x, a], ku), None
+
+    keys = jax.random.split(jax.random.key(seed), k)
+    s, _ = jax.jit(lambda s: jax.lax.scan(step, s, (xs, keys)))(s)
+    counts = np.bincount(np.asarray(xs), minlength=C)
+    return np.asarray(s.theta), lr * counts, rates.relative_values(rho, rbar, dbar)
+
+
+def test_npg_decoupling_identity():
+    theta, H, q = _run_exact(natural=True)
+    resid = theta - H[:, None] * q
+    assert np.all(H > 0)
+    np.testing.assert_allclose(resid - resid.mean(axis=1, keepdims=True), 0.0, atol=1e-10)
+
+
+def test_spg_breaks_decoupling_identity():
+    theta, H, q = _run_exact(natural=False)
+    resid = theta - H[:, None] * q
+    assert np.abs(resid - resid.mean(axis=1, keepdims=True)).max() > 1e-3
+
+
+# ---------------------------------------------------------------- slot bookkeeping
+
+
+def _slots_numpy(theta, stream, S, age_bound):
+    """Independent re-implementation of the slot rules (module docstring of npg.py)."""
+    slot_r, slot_d = np.zeros(S), np.zeros(S)
+    slot_n, slot_start = np.zeros(S, int), np.zeros(S, int)
+    ptr, hist = 0, []
+    for t, (x, a, r, d) in enumerate(stream):
+        greedy = a == int(np.argmax(theta[int(x)]))
+        for i in range(S):
+            if slot_n[i] > 0 and t - slot_start[i] > age_bound:
+                slot_r[i] = slot_d[i] = 0.0
+                slot_n[i] = 0
+        if greedy:
+            if slot_n[ptr] == 0:
+                slot_start[ptr] = t
+            slot_r[ptr] += r
+            slot_d[ptr] += d
+            slot_n[ptr] += 1
+            ptr = (ptr + 1) % S
+        hist.append((slot_r.copy(), slot_d.copy(), slot_n.copy(), ptr))
+    return hist
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_slot_bookkeeping_matches_numpy(seed):
+    C, A, S, T, age_bound = 3, 3, 5, 400, 23
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(size=(C, A))
+    theta[1] = 0.0  # ties: the lowest index is greedy
+    stream = np.stack(
+        [
+            rng.integers(0, C, T),
+            rng.integers(0, A, T),
+            rng.uniform(0, 1, T),
+            rng.uniform(0.5, 2, T),
+        ],
+        axis=1,
+    )
+    init, _, fns = make_pg_fns(C, A, natural=True, num_slots=S, estimator=oracle_estimator(0.0))
+    hyper = _hyper(age_bound=age_bound)
+    s0 = init(hyper, jax.random.key(0))._replace(theta=jnp.asarray(theta))
+
+    def step(s, row):
+        s = fns.update_stats(s, hyper, row[0].astype(jnp.int32), row[1].astype(jnp.int32), *row[2:])
+        return s, (s.slot_r, s.slot_d, s.slot_n, s.slot_ptr)
+
+    sT, (hr, hd, hn, hp) = jax.jit(lambda s: jax.lax.scan(step, s, jnp.asarray(stream)))(s0)
+    ref = _slots_numpy(theta, stream, S, age_bound)
+    np.testing.assert_allclose(np.asarray(hr), np.stack([h[0] for h in ref]), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(hd), np.stack([h[1] for h in ref]), atol=1e-12)
+    np.testing.assert_array_equal(np.asarray(hn), np.stack([h[2] for h in ref]))
+    np.testing.assert_array_equal(np.asarray(hp), [h[3] for h in ref])
+    # the stream exercises greedy and non-greedy samples, wrap-around and resets
+    greedy = stream[:, 1].astype(int) == theta.argmax(axis=1)[stream[:, 0].astype(int)]
+    assert 0.15 * T < greedy.sum() < 0.6 * T
+    assert np.asarray(hn).max() >= 2 and (np.diff(np.asarray(hn), axis=0) < 0).any()
+    assert int(sT.t) == T and np.asarray(sT.theta).tolist() == theta.tolist()
+
+
+# ---------------------------------------------------------------- refit schedule
+
+
+@pytest.mark.parametrize("refit_every", [8, 3])
+def test_refit_exactly_every_k(refit_every):
+    agent = make_pg_agent(
+        2, 3, natural=True, num_slots=4, refit_every=refit_every, estimator=oracle_estimator(0.3)
+    )
+    hyper = _hyper()
+    s0 = agent.init(hyper, jax.random.key(0))
+
+    def step(s, key):
+        kx, ka, ku = jax.random.split(key, 3)
+        x = jax.random.randint(kx, (), 0, 2)
+        a = agent.act(s, hyper, x, ka)
+        s = agent.update(s, hyper, x, a, 0.5, 1.0, ku)
+        return s, s.est.num_refits
+
+    _, counts = jax.lax.scan(step, s0, jax.random.split(jax.random.key(1), 50))
+    np.testing.assert_array_equal(np.asarray(counts), np.arange(1, 51) // refit_every)
+
+
+def test_blocked_schedule_is_identical_to_update():
+    """update_stats_and_theta x (k-1) then update_with_refit == agent.update x k, bit for bit."""
+    C, A, k, blocks = 2, 3, 8, 6
+    est = _RatioEstimator()
+    agent = make_pg_agent(C, A, natural=True, num_slots=6, estimator=est)
+    _, _, fns = make_pg_fns(C, A, natural=True, num_slots=6, estimator=est)
+    hyper = _hyper(lr=0.4, age_bound=20)
+    s0 = agent.init(hyper, jax.random.key(0))
+    rng = np.random.default_rng(3)
+    xs = rng.integers(0, C, k * blocks)
+    rs, ds = rng.uniform(0, 1, k * blocks), rng.uniform(0.5, 2, k * blocks)
+    keys = jax.random.split(jax.random.key(5), k * blocks)
+
+    def run(blocked):
+        s = s0
+        for t in range(k * blocks):
+            a = agent.act(s, hyper, int(xs[t]), jax.random.fold_in(keys[t], 1))
+            args = (s, hyper, int(xs[t]), a, rs[t], ds[t])
+            if not blocked:
+                s = agent.update(*args, keys[t])
+            elif (t + 1) % k == 0:
+                s = fns.update_with_refit(*args, keys[t])
+            else:
+                s = fns.update_stats_and_theta(*args)
+        return s
+
+    a, b = run(False), run(True)
+    assert int(a.est.num_refits) == blocks
+    for la, lb in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(la), np.asarray(lb))
+    assert float(a.est.rho_hat) > 0
+
+
+def test_bad_config_raises():
+    with pytest.raises(ValueError, match="num_slots"):
+        make_pg_agent(2, 3, natural=True, num_slots=0, estimator=oracle_estimator(0.1))
+    with pytest.raises(ValueError, match="n_actions"):
+        make_pg_agent(2, 0, natural=True, estimator=oracle_estimator(0.1))
+    with pytest.raises(ValueError, match="rho"):
+        oracle_estimator(float("nan"))
+
+
+# ---------------------------------------------------------------- learning with the real estimator
+
+
+def _blocked_run(fns, init, act, hyper, params, key, n_blocks, k=8):
+    """One seed, outer scan over blocks of k decisions (refit once per block)."""
+    from rpg_jax.envs import sample_context, sample_outcome
+
+    def decide(s, key, with_refit):
+        kx, ka, ke, ku = jax.random.split(key, 4)
+        x = sample_context(params, kx)
+        a = act(s, hyper, x, ka)
+        r, d = sample_outcome(params, ke, x, a)
+        if with_refit:
+            s = fns.update_with_refit(s, hyper, x, a, r, d, ku)
+        else:
+            s = fns.update_stats_and_theta(s, hyper, x, a, r, d)
+        return s, (params.gap[x, a], r, d)
+
+    def block(s, key):
+        keys = jax.random.split(key, k)
+        s, out = jax.lax.scan(lambda s, kk: decide(s, kk, False), s, keys[:-1])
+        s, last = decide(s, keys[-1], True)
+        return s, jax.tree.map(lambda u, v: u.sum() + v, out, last)
+
+    s0 = init(hyper, key)
+    s, out = jax.lax.scan(block, s0, jax.random.split(key, n_blocks))
+    gap, r, d = (v.sum() for v in out)
+    return gap, params.rho_star * d - r, s.est.rho_hat
+
+
+def _e1_params():
+    envs = pytest.importorskip("rpg_jax.envs")
+    return envs.make_reference_env("E1", 5, 4)
+
+
+def test_npg_niw_learns_on_e1():
+    pytest.importorskip("rpg_jax.estimator")
+    params = _e1_params()
+    C, A = params.rbar.shape
+    init, act, fns = make_pg_fns(C, A, natural=True)
+    hyper = _hyper(lr=1.0, age_bound=2000)
+    n_blocks = 375  # 3000 decisions
+    jp = jax.tree.map(jnp.asarray, params)
+    run = jax.jit(jax.vmap(lambda key: _blocked_run(fns, init, act, hyper, jp, key, n_blocks)))
+    pseudo, regret, rho_hat = run(jax.random.split(jax.random.key(0), 4))
+    uniform = 8 * n_blocks * float(np.dot(params.p, params.gap.mean(axis=1)))
+    assert np.all(np.asarray(pseudo) < 0.3 * uniform), (np.asarray(pseudo), uniform)
+    assert np.all(np.isfinite(np.asarray(regret)))
+    assert np.all(np.asarray(rho_hat) > 0.25 * float(params.rho_star))
+
+
+@pytest.mark.slow
+def test_jax_matches_numpy_reference_in_distribution():
+    pytest.importorskip("rpg_jax.estimator")
+    from rpg_jax.agents.numpy_ref_npg import run_npg_numpy
+
+    params = _e1_params()
+    C, A = params.rbar.shape
+    n_seeds, n_blocks, lr, age = 32, 125, 1.0, 500  # 1000 decisions
+    init, act, fns = make_pg_fns(C, A, natural=True)
+    hyper = _hyper(lr=lr, age_bound=age)
+    jp = jax.tree.map(jnp.asarray, params)
+    run = jax.jit(jax.vmap(lambda key: _blocked_run(fns, init, act, hyper, jp, key, n_blocks)))
+    pj = np.asarray(run(jax.random.split(jax.random.key(11), n_seeds))[0])
+    pn = np.array(
+        [
+            run_npg_numpy(params, 8 * n_blocks, lr, age, seed)["pseudo_regret"]
+            for seed in range(n_seeds)
+        ]
+    )
+    se = np.sqrt(pj.var(ddof=1) / n_seeds + pn.var(ddof=1) / n_seeds)
+    assert abs(pj.mean() - pn.mean()) < 4 * se, (pj.mean(), pn.mean(), se)
+    uniform = 8 * n_blocks * float(np.dot(params.p, params.gap.mean(axis=1)))
+    assert pn.mean() < 0.5 * uniform and pj.mean() < 0.5 * uniform
+
+
+def test_numpy_reference_runs_and_counts_refits():
+    params = _e1_params()
+    out = run_npg_numpy_small(params)
+    assert out["num_refits"] == 100 // 8
+    assert out["pseudo_regret"] >= 0
+
+
+def run_npg_numpy_small(params):
+    from rpg_jax.agents.numpy_ref_npg import run_npg_numpy
+
+    return run_npg_numpy(params, 100, 1.0, 60, 0, num_batches=50)

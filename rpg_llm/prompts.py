@@ -153,7 +153,8 @@ def _is_constant(node: ast.AST | None) -> bool:
     if isinstance(node, ast.Tuple | ast.List | ast.Set):
         return all(_is_constant(e) for e in node.elts)
     if isinstance(node, ast.Dict):
-        return all(_is_constant(k) and _is_constant(v) for k, v in zip(node.keys, node.values))
+        pairs = zip(node.keys, node.values, strict=True)
+        return all(_is_constant(k) and _is_constant(v) for k, v in pairs)
     return False
 
 

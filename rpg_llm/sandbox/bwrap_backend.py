@@ -1,0 +1,155 @@
+"""Bubblewrap sandbox: the subprocess limits plus no network and a read-only root.
+
+The child sees the host's root read-only (``--ro-bind / /``), a private ``/tmp`` (tmpfs of
+``tmpfs_bytes``), a private ``/dev`` and ``/proc``, its working folder read-write, the data folder
+read-only at ``./input`` (bind mount, no copy), and nothing of the paths in ``hide`` (a tmpfs or
+``/dev/null`` is mounted over them).  All namespaces are unshared (``--unshare-all``): no network,
+own pid namespace, so every process of the run dies with it (``--die-with-parent``).
+
+When the host is root, bubblewrap runs privileged (no user namespace) and switches to a private uid
+with ``setpriv`` just before the interpreter (see ``identity.py``), so ``RLIMIT_NPROC`` bounds fork
+bombs and the uid can write only its working folder.  Folders that uid cannot enter (e.g. an
+interpreter under ``/root``) are covered by a tmpfs and the needed subfolders bound back read-only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from rpg_llm.sandbox.base import ExecResult, SandboxLimits, remove_tree, validate_run_args
+from rpg_llm.sandbox.identity import (
+    borrowed_uid,
+    first_unreachable_ancestor,
+    nproc_limit,
+    setpriv_prefix,
+    should_drop,
+)
+from rpg_llm.sandbox.process import child_env, run_limited
+from rpg_llm.sandbox.subprocess_backend import interpreter_paths, to_result
+from rpg_llm.sandbox.workdir import SCRIPT_NAME, new_workdir
+
+
+def bwrap_path() -> str | None:
+    """Path of the ``bwrap`` executable, or ``None``."""
+    return shutil.which("bwrap")
+
+
+def _under(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+@dataclass(frozen=True)
+class BwrapSandbox:
+    """Runs solutions under bubblewrap (Debian package ``bubblewrap``).
+
+    Attributes:
+      limits: resource limits (``SandboxLimits``).
+      bwrap: path of the executable (default: found on ``PATH``).
+    """
+
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    bwrap: str | None = None
+    name: ClassVar[str] = "bwrap"
+
+    def __post_init__(self) -> None:
+        if (self.bwrap or bwrap_path()) is None:
+            raise ValueError("bubblewrap backend requested but no 'bwrap' executable on PATH")
+
+    def run(
+        self, code: str, input_dir: Path, timeout_s: float, *, hide: Sequence[Path] = ()
+    ) -> ExecResult:
+        """Run ``code`` as ``python solution.py`` inside bubblewrap.
+
+        Args:
+          code: solution source text.
+          input_dir: public data folder; bound read-only at ``./input``.
+          timeout_s: wall-clock limit in seconds.
+          hide: host paths the child must not see (e.g. the competition's private answers).
+
+        Returns:
+          ``ExecResult``; the working folder is kept until ``cleanup()``.
+
+        Raises:
+          ValueError: bad arguments (before anything is started).
+        """
+        input_dir = validate_run_args(code, input_dir, timeout_s)
+        python = self.limits.python or sys.executable
+        drop = should_drop(self.limits.drop_privileges)
+        with borrowed_uid() if drop else nullcontext(None) as uid:
+            wd = new_workdir(self.limits.workdir_root, code, uid)
+            try:
+                (wd / "input").mkdir()
+                argv = self._argv(python, wd, input_dir, hide, uid)
+                env = child_env(wd, wd / "input", self.limits, python)
+                raw = run_limited(
+                    argv,
+                    cwd=wd,
+                    env=env,
+                    timeout_s=timeout_s,
+                    limits=self.limits,
+                    nproc=nproc_limit(self.limits.nproc, uid),
+                )
+            except BaseException:
+                remove_tree(wd)
+                raise
+        if raw.returncode is not None and 128 < raw.returncode < 128 + 65:
+            # bubblewrap reports a child killed by signal N as exit status 128 + N
+            raw = raw.__class__(**{**raw.__dict__, "returncode": -(raw.returncode - 128)})
+        return to_result(raw, wd, timeout_s, self.limits, self.name)
+
+    def _argv(
+        self, python: str, wd: Path, input_dir: Path, hide: Sequence[Path], uid: int | None
+    ) -> list[str]:
+        args = [self.bwrap or bwrap_path() or "bwrap"]
+        if uid is None:
+            args += ["--unshare-all"]
+        else:
+            # root host: privileged bubblewrap without a user namespace, so that the private uid
+            # set by setpriv inside is a real uid whose RLIMIT_NPROC applies
+            args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+            args += ["--unshare-cgroup-try", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        args += ["--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
+        args += ["--dev", "/dev", "--proc", "/proc"]
+        args += ["--size", str(self.limits.tmpfs_bytes), "--tmpfs", "/tmp"]
+        tmpfs = [Path("/tmp")]
+
+        def bind(flag: str, src: Path, dest: Path) -> None:
+            # bubblewrap creates missing parents inside a tmpfs as 0700: make them enterable
+            for parent in reversed(dest.parents):
+                if any(parent != t and _under(parent, t) for t in tmpfs):
+                    args.extend(["--perms", "0755", "--dir", str(parent)])
+            args.extend([flag, str(src), str(dest)])
+
+        if uid is not None:
+            # folders the private uid cannot enter: cover with a tmpfs, bind back what is needed
+            needed = interpreter_paths(python)
+            for p in needed:
+                top = first_unreachable_ancestor(p)
+                if top is not None and not any(_under(top, m) for m in tmpfs):
+                    tmpfs.append(top)
+                    args += ["--tmpfs", str(top)]
+            needed = [p for p in needed if not any(q != p and _under(p, q) for q in needed)]
+            for p in needed:
+                if any(_under(p, m) for m in tmpfs):
+                    bind("--ro-bind", p, p)
+        for h in hide:
+            h = Path(os.path.realpath(h))
+            if not h.exists() or any(_under(h, m) for m in tmpfs):
+                continue
+            if h.is_dir():
+                args += ["--tmpfs", str(h)]
+            else:
+                args += ["--ro-bind", "/dev/null", str(h)]
+        bind("--bind", wd, wd)
+        bind("--ro-bind", input_dir, wd / "input")
+        args += ["--chdir", str(wd), "--"]
+        if uid is not None:
+            args += setpriv_prefix(uid)
+        return args + [python, SCRIPT_NAME]

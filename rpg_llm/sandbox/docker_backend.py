@@ -1,0 +1,171 @@
+"""Docker sandbox through the docker SDK (``pip install docker``); needs a running engine.
+
+Same interface and classification as the local backends.  The container has no network
+(``network_disabled``), a read-only root filesystem, a memory limit (``mem_limit`` =
+``memory_bytes``, swap disabled), a process limit (``pids_limit`` = ``nproc``), a tmpfs ``/tmp``,
+the working folder mounted read-write at ``/work`` and the data read-only at ``/work/input``;
+``hide`` paths are simply never mounted.  ``delta`` is the container's own start-to-exit time
+(``State.StartedAt`` -> ``State.FinishedAt``) when the engine reports it, else the wall time of
+``start()`` -> ``wait()`` return.  The image must contain the interpreter and the libraries the
+solutions import.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rpg_llm.sandbox.base import ExecResult, SandboxLimits, remove_tree, validate_run_args
+from rpg_llm.sandbox.process import THREAD_VARS, CappedStream, RawRun
+from rpg_llm.sandbox.subprocess_backend import to_result
+from rpg_llm.sandbox.workdir import SCRIPT_NAME, new_workdir
+
+CONTAINER_WORKDIR = "/work"
+
+
+def docker_client(timeout: float = 5.0) -> Any:
+    """A connected ``docker.DockerClient``.
+
+    Raises:
+      RuntimeError: the ``docker`` package is missing or no engine answers (message says which).
+    """
+    try:
+        import docker
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeError("the docker SDK is not installed (pip install docker)") from exc
+    try:
+        client = docker.from_env(timeout=int(max(timeout, 1)))
+        client.ping()
+    except Exception as exc:  # the SDK raises several types when no engine is reachable
+        raise RuntimeError(f"no docker engine answers: {exc}") from exc
+    return client
+
+
+def _parse_ts(value: str | None) -> float | None:
+    """Seconds since the epoch of a docker timestamp (nanosecond precision, 'Z' suffix)."""
+    if not value or value.startswith("0001-"):
+        return None
+    head, _, frac = value.rstrip("Z").partition(".")
+    try:
+        base = datetime.fromisoformat(head + "+00:00").timestamp()
+    except ValueError:
+        return None
+    return base + (float("0." + frac[:9]) if frac else 0.0)
+
+
+@dataclass(frozen=True)
+class DockerSandbox:
+    """Runs solutions in a fresh container per run.
+
+    Attributes:
+      image: image holding the interpreter (default ``python:3.11-slim``).
+      python: interpreter inside the image.
+      limits: resource limits (``SandboxLimits``).
+    """
+
+    image: str = "python:3.11-slim"
+    python: str = "python"
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    name: ClassVar[str] = "docker"
+
+    def run(
+        self, code: str, input_dir: Path, timeout_s: float, *, hide: Sequence[Path] = ()
+    ) -> ExecResult:
+        """Run ``code`` as ``python solution.py`` in a container; see the module docstring.
+
+        Raises:
+          ValueError: bad arguments (before anything is started).
+          RuntimeError: no docker engine answers.
+        """
+        input_dir = validate_run_args(code, input_dir, timeout_s)
+        client = docker_client()
+        wd = new_workdir(self.limits.workdir_root, code, None)
+        wd.chmod(0o777)
+        (wd / "tmp").chmod(0o777)
+        env = {var: str(self.limits.threads) for var in THREAD_VARS}
+        env.update(
+            HOME=CONTAINER_WORKDIR,
+            TMPDIR="/tmp",
+            PYTHONUNBUFFERED="1",
+            PYTHONDONTWRITEBYTECODE="1",
+            MPLBACKEND="Agg",
+            RPG_INPUT_DIR=f"{CONTAINER_WORKDIR}/input",
+            RPG_SUBMISSION_PATH=f"{CONTAINER_WORKDIR}/submission.csv",
+        )
+        container = None
+        try:
+            container = client.containers.create(
+                self.image,
+                [self.python, SCRIPT_NAME],
+                working_dir=CONTAINER_WORKDIR,
+                environment=env,
+                volumes={
+                    str(wd): {"bind": CONTAINER_WORKDIR, "mode": "rw"},
+                    str(input_dir): {"bind": f"{CONTAINER_WORKDIR}/input", "mode": "ro"},
+                },
+                network_disabled=True,
+                read_only=True,
+                tmpfs={"/tmp": f"size={self.limits.tmpfs_bytes}"},
+                mem_limit=self.limits.memory_bytes,
+                memswap_limit=self.limits.memory_bytes,
+                pids_limit=self.limits.nproc,
+                ulimits=_ulimits(self.limits),
+                user="65534:65534",
+                detach=True,
+            )
+            t0 = time.monotonic()
+            container.start()
+            timed_out = False
+            try:
+                status = container.wait(timeout=timeout_s)
+                code_ = int(status.get("StatusCode", -1))
+            except Exception:  # requests' ReadTimeout: the run passed the limit
+                timed_out = True
+                container.kill()
+                code_ = -9
+            t1 = time.monotonic()
+            container.reload()
+            state = container.attrs.get("State", {})
+            started = _parse_ts(state.get("StartedAt"))
+            finished = _parse_ts(state.get("FinishedAt"))
+            delta = finished - started if started and finished and finished >= started else t1 - t0
+            if state.get("OOMKilled"):
+                code_ = -9
+            out, err = (
+                CappedStream(self.limits.capture_bytes),
+                CappedStream(self.limits.capture_bytes),
+            )
+            out.feed(container.logs(stdout=True, stderr=False))
+            err.feed(container.logs(stdout=False, stderr=True))
+            raw = RawRun(
+                returncode=code_ if code_ < 128 or timed_out else -(code_ - 128),
+                stdout=out.value(),
+                stderr=err.value(),
+                delta=timeout_s if timed_out else delta,
+                timed_out=timed_out,
+                flooded=False,
+            )
+        except BaseException:
+            remove_tree(wd)
+            raise
+        finally:
+            if container is not None:
+                try:
+                    container.remove(force=True)
+                except Exception:  # already gone
+                    pass
+        return to_result(raw, wd, timeout_s, self.limits, self.name)
+
+
+def _ulimits(limits: SandboxLimits) -> list[Any]:
+    from docker.types import Ulimit
+
+    return [
+        Ulimit(name="fsize", soft=limits.fsize_bytes, hard=limits.fsize_bytes),
+        Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
+        Ulimit(name="core", soft=0, hard=0),
+    ]

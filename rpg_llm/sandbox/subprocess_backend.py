@@ -1,0 +1,130 @@
+"""Plain-subprocess sandbox: fresh folder, read-only copy of the data, rlimits, private uid.
+
+Isolation it gives: a wall-clock limit with process-group kill, ``RLIMIT_AS / NPROC / FSIZE /
+NOFILE``, pinned thread counts, capped output, a clean environment, and (when the host is root) a
+private uid that owns only the working folder, so writes elsewhere and deleting the data fail.
+What it does NOT give: network isolation, and hiding of host files readable by other users
+(``hide`` is honoured only by the bubblewrap and docker backends).  Use bubblewrap where present.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from rpg_llm.sandbox.base import (
+    ExecResult,
+    SandboxLimits,
+    classify,
+    remove_tree,
+    validate_run_args,
+)
+from rpg_llm.sandbox.identity import (
+    borrowed_uid,
+    nproc_limit,
+    reachable_by_others,
+    setpriv_prefix,
+    should_drop,
+)
+from rpg_llm.sandbox.process import RawRun, child_env, run_limited
+from rpg_llm.sandbox.workdir import SCRIPT_NAME, copy_input_readonly, new_workdir
+
+
+def interpreter_paths(python: str) -> list[Path]:
+    """Folders the interpreter needs: its own folder and, for this interpreter, the prefixes."""
+    exe = Path(os.path.realpath(python))
+    paths = [exe.parent]
+    if exe == Path(os.path.realpath(sys.executable)):
+        paths += [Path(os.path.realpath(p)) for p in {sys.prefix, sys.base_prefix}]
+    out: list[Path] = []
+    for p in paths:
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def to_result(raw: RawRun, workdir: Path, timeout_s: float, limits: SandboxLimits, backend: str):
+    """Build the ``ExecResult`` of a finished ``RawRun``."""
+    stdout = raw.stdout.decode("utf-8", errors="replace")
+    stderr = raw.stderr.decode("utf-8", errors="replace")
+    status, text = classify(
+        raw.returncode,
+        stderr,
+        timed_out=raw.timed_out,
+        timeout_s=timeout_s,
+        flooded=raw.flooded,
+        output_limit_bytes=limits.output_limit_bytes,
+    )
+    return ExecResult(
+        status=status,
+        delta=raw.delta,
+        returncode=raw.returncode,
+        stdout=stdout,
+        stderr=stderr,
+        outcome_text=text,
+        workdir=workdir,
+        backend=backend,
+    )
+
+
+@dataclass(frozen=True)
+class SubprocessSandbox:
+    """Runs solutions as local child processes (see module docstring for what is isolated).
+
+    Attributes:
+      limits: resource limits (``SandboxLimits``).
+    """
+
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    name: ClassVar[str] = "subprocess"
+
+    def run(
+        self, code: str, input_dir: Path, timeout_s: float, *, hide: Sequence[Path] = ()
+    ) -> ExecResult:
+        """Run ``code`` as ``python solution.py`` in a fresh working folder.
+
+        Args:
+          code: solution source text.
+          input_dir: public data folder; copied read-only to ``./input``.
+          timeout_s: wall-clock limit in seconds.
+          hide: ignored by this backend (see module docstring).
+
+        Returns:
+          ``ExecResult``; the working folder is kept until ``cleanup()``.
+
+        Raises:
+          ValueError: bad arguments (before anything is started).
+        """
+        input_dir = validate_run_args(code, input_dir, timeout_s)
+        python = self.limits.python or sys.executable
+        drop = should_drop(self.limits.drop_privileges)
+        with borrowed_uid() if drop else nullcontext(None) as uid:
+            wd = new_workdir(self.limits.workdir_root, code, uid)
+            try:
+                copy_input_readonly(input_dir, wd / "input")
+                env = child_env(wd, wd / "input", self.limits, python)
+                argv = self._argv(python, uid)
+                raw = run_limited(
+                    argv,
+                    cwd=wd,
+                    env=env,
+                    timeout_s=timeout_s,
+                    limits=self.limits,
+                    nproc=nproc_limit(self.limits.nproc, uid),
+                )
+            except BaseException:
+                remove_tree(wd)
+                raise
+        return to_result(raw, wd, timeout_s, self.limits, self.name)
+
+    def _argv(self, python: str, uid: int | None) -> list[str]:
+        argv = [python, SCRIPT_NAME]
+        if uid is None:
+            return argv
+        need_read = not all(reachable_by_others(p) for p in interpreter_paths(python))
+        return setpriv_prefix(uid, read_search=need_read) + argv

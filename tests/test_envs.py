@@ -174,7 +174,7 @@ def test_exact_means_match_monte_carlo(name):
 def test_skip_is_deterministic_and_exact(name):
     env = make_reference_env(name, K=5)
     keys = jax.random.split(jax.random.key(2), 1000)
-    draw = jax.vmap(sample_outcome, in_axes=(None, 0, None, None))
+    draw = jax.jit(jax.vmap(sample_outcome, in_axes=(None, 0, None, None)))
     for x in range(4):
         r, d = map(np.asarray, draw(_jnp(env), keys, x, 5))
         np.testing.assert_array_equal(r, 0.0)

@@ -274,7 +274,11 @@ def permute_env(params: EnvParams, seed: int, *, keep_last: bool = True) -> EnvP
 
 
 def as_dtype(params: EnvParams, dtype) -> EnvParams:
-    """Cast every floating field to ``dtype`` (NumPy); ``lognormal`` stays bool."""
+    """Cast every floating field to ``dtype`` (NumPy); ``lognormal`` stays bool.
+
+    Sampling then runs in ``dtype``; keep the float64 ``rho_star`` / ``gap`` of the original for
+    exact regret totals.
+    """
     return EnvParams(
         *(
             np.asarray(f, dtype=dtype) if np.issubdtype(np.asarray(f).dtype, np.floating) else f

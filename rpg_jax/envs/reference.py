@@ -99,7 +99,8 @@ def make_reference_env(env: str, K: int, n_contexts: int = 4) -> EnvParams:
     """Reference instance ``env`` in {E1, E2, E3, E4} (case-insensitive), unpermuted, NumPy float64.
 
     ``A = K + 1`` actions, SKIP last; contexts uniform. Exact means, gaps and ``rho_star`` as in
-    ``make_custom_env``. Source: DESIGN.md section 3 (facts of the paper's reference code).
+    ``make_custom_env``. ``K < 4`` keeps the first ``K`` base / coupling arms and no fillers (our
+    extension; module docstring). Source: DESIGN.md section 3 (facts of the paper's reference code).
 
     Raises:
       ValueError: unknown ``env`` (naming it and the valid names), ``K < 1``, ``n_contexts < 4``.

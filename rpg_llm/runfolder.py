@@ -1,0 +1,178 @@
+"""The run folder: everything a training run writes, and what ``--resume`` reads back.
+
+Layout::
+
+    RUN_DIR/
+      config.json            settings of the run (method, task, model, seeded or not, ...)
+      buffer.sqlite          every sample, durably (rpg_llm.buffer.SampleBuffer, SQLite WAL)
+      metrics.jsonl          one JSON line per finished step
+      tb/                    TensorBoard event files
+      checkpoints/step_N/    trainer state (actor, critic, optimisers) after step N
+      rollouts/step_N.pt     generated responses of step N, written before execution
+      logs/run.log           the log
+      figures/               budget-curve plot (PNG, PDF) and its CSV
+
+Writes are atomic (temporary file, then rename), so a SIGKILL leaves either the old or the new
+version of a file, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["RunFolder", "write_json_atomic"]
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+class RunFolder:
+    """Paths and small durable records of one run folder.
+
+    Args:
+        root: the run folder (created by :meth:`create`).
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    # -- paths ----------------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def buffer_path(self) -> Path:
+        return self.root / "buffer.sqlite"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def tb_dir(self) -> Path:
+        return self.root / "tb"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def rollout_dir(self) -> Path:
+        return self.root / "rollouts"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "logs" / "run.log"
+
+    @property
+    def figure_dir(self) -> Path:
+        return self.root / "figures"
+
+    # -- creation -------------------------------------------------------------------------------
+    def create(self, config: dict[str, Any]) -> None:
+        """Make the folder tree and write ``config.json``.
+
+        Raises:
+            ValueError: the folder already holds a run (use ``--resume`` for it).
+        """
+        if self.config_path.exists():
+            raise ValueError(
+                f"{self.root} already holds a run; pass --resume {self.root} to continue it "
+                f"or choose another --out"
+            )
+        for d in (self.root, self.checkpoint_dir, self.rollout_dir, self.log_path.parent):
+            d.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.config_path, config)
+
+    def load_config(self) -> dict[str, Any]:
+        """Read ``config.json``. Raises ValueError if the folder holds no run."""
+        if not self.config_path.exists():
+            raise ValueError(f"{self.root} is not a run folder (no config.json)")
+        return json.loads(self.config_path.read_text())
+
+    # -- metrics --------------------------------------------------------------------------------
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        """Append one JSON line and fsync it."""
+        with open(self.metrics_path, "a") as fh:
+            fh.write(json.dumps(record, sort_keys=True, default=float) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """All complete metric lines (a torn last line is skipped)."""
+        if not self.metrics_path.exists():
+            return []
+        out = []
+        for line in self.metrics_path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    def truncate_metrics(self, max_step: int) -> None:
+        """Keep only the metric lines of steps <= ``max_step`` (before replaying later steps)."""
+        keep = [m for m in self.read_metrics() if int(m.get("step", 0)) <= max_step]
+        tmp = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(m, sort_keys=True) + "\n" for m in keep))
+        os.replace(tmp, self.metrics_path)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def checkpoint_path(self, step: int) -> Path:
+        return self.checkpoint_dir / f"step_{step:06d}"
+
+    def checkpoints(self) -> list[int]:
+        """Steps with a complete checkpoint, ascending."""
+        if not self.checkpoint_dir.exists():
+            return []
+        steps = []
+        for p in self.checkpoint_dir.iterdir():
+            if p.name.startswith("step_") and not p.name.endswith(".tmp"):
+                if (p / "trainer.pt").exists():
+                    steps.append(int(p.name.split("_")[1]))
+        return sorted(steps)
+
+    def latest_checkpoint(self) -> int | None:
+        """The last checkpointed step, or None."""
+        steps = self.checkpoints()
+        return steps[-1] if steps else None
+
+    def prune_checkpoints(self, keep: int) -> None:
+        """Delete all but the newest ``keep`` checkpoints (and stale temporary folders)."""
+        for p in self.checkpoint_dir.glob("*.tmp"):
+            shutil.rmtree(p, ignore_errors=True)
+        for step in self.checkpoints()[:-keep] if keep > 0 else []:
+            shutil.rmtree(self.checkpoint_path(step), ignore_errors=True)
+
+    # -- rollouts -------------------------------------------------------------------------------
+    def rollout_path(self, step: int) -> Path:
+        return self.rollout_dir / f"step_{step:06d}.pt"
+
+    def save_rollout(self, step: int, rollout: dict[str, Any]) -> None:
+        """Write the generated responses of ``step`` atomically (before they are executed)."""
+        path = self.rollout_path(step)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(rollout, tmp)
+        os.replace(tmp, path)
+
+    def load_rollout(self, step: int) -> dict[str, Any] | None:
+        """The rollout of ``step``, or None if it was never written."""
+        path = self.rollout_path(step)
+        return torch.load(path, weights_only=False) if path.exists() else None
+
+    def prune_rollouts(self, upto: int) -> None:
+        """Delete rollouts of steps <= ``upto`` (already covered by a checkpoint)."""
+        for p in self.rollout_dir.glob("step_*.pt"):
+            if int(p.stem.split("_")[1]) <= upto:
+                p.unlink(missing_ok=True)

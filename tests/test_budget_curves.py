@@ -1,0 +1,65 @@
+"""Budget curves against values computed by hand on a small hand-made run folder."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from paper_figures.budget_curves import budget_curves, curve, main, read_chains
+from rpg_llm.buffer import Sample, SampleBuffer
+
+
+def _run(tmp_path, name, method, rows):
+    """rows: {row: [(exec_time, raw_reward), ...]} for steps 1, 2, ..."""
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"method": method, "seeded": True}))
+    buf = SampleBuffer(d / "buffer.sqlite", capacity=100)
+    samples = [
+        Sample(name, 0, 0, "t", None, "h", "seed", "ok", 5.0, 5.0, 100.0, "ok", 0.0)
+    ]  # a seed sample: never part of a chain
+    for row, seq in rows.items():
+        for k, (t, r) in enumerate(seq):
+            samples.append(Sample(name, k + 1, row, "t", None, "h", "c", "o", r, r, t, "ok", 0.0))
+    buf.add_many(samples)
+    buf.close()
+    return d
+
+
+def test_chains_and_curve_by_hand(tmp_path):
+    d = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.2), (2.0, 0.1), (1.0, 0.5)], 1: [(2.0, 0.4)]})
+    chains = read_chains(d)
+    assert len(chains) == 2
+    np.testing.assert_allclose(chains[0].times, [1.0, 3.0, 4.0])
+    np.testing.assert_allclose(chains[0].best, [0.2, 0.2, 0.5])
+    budgets = np.array([0.5, 1.0, 2.5, 4.0, 10.0])
+    res = curve(chains, budgets)
+    # chain 0: nan, 0.2, 0.2, 0.5, 0.5 ; chain 1: nan, nan, 0.4, 0.4, 0.4
+    np.testing.assert_allclose(res["mean_best"], [np.nan, 0.2, 0.3, 0.45, 0.45])
+    np.testing.assert_array_equal(res["n_chains"], [0, 1, 2, 2, 2])
+    np.testing.assert_array_equal(res["n_active"], [2, 2, 1, 1, 0])
+    # s.e. of {0.2, 0.4}: sd = sqrt(0.02) -> se = 0.1
+    assert res["se"][2] == pytest.approx(0.1)
+    assert math.isnan(res["se"][1])
+
+
+def test_two_arms_on_one_plot(tmp_path):
+    a = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.2)], 1: [(2.0, 0.4)]})
+    b = _run(tmp_path, "b", "vanilla", {0: [(3.0, 0.6)], 1: [(1.0, 0.1)]})
+    png, pdf, csv = budget_curves([a, b], tmp_path / "out", points=5)
+    assert png.stat().st_size > 0 and pdf.stat().st_size > 0
+    lines = csv.read_text().splitlines()
+    assert lines[0] == "label,budget_s,mean_best,se,n_chains,n_active"
+    labels = {line.split(",")[0] for line in lines[1:]}
+    assert labels == {"rpg (seeded)", "vanilla (seeded)"}
+    last = [line.split(",") for line in lines[1:] if line.startswith("vanilla")][-1]
+    assert float(last[1]) == pytest.approx(3.0) and float(last[2]) == pytest.approx(0.35)
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys):
+    assert main([str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not a run folder" in err and len(err.splitlines()) == 1

@@ -1,0 +1,119 @@
+"""Sandbox overhead and batch speed-up, measured side by side in one run.
+
+Prints, per backend, the median extra wall time of ``python -c pass`` run through the sandbox
+(``Sandbox.run`` on an empty script, including the fresh working folder, the data copy or bind,
+limits and cleanup) over the same interpreter started bare with ``subprocess.run``; target
+<= 150 ms for subprocess and bubblewrap.  Then the speed-up of a batch of CPU-bound scripts run
+with a 2-worker ``LocalExecutor`` over a 1-worker one (target >= 1.8x on an otherwise idle
+2-core machine).
+
+Usage: ``python benchmarks/sandbox_overhead.py [--repeats 15] [--batch 6] [--work 0.6]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+from rpg_llm.sandbox import LocalExecutor, make_sandbox
+from rpg_llm.sandbox.bwrap_backend import bwrap_path
+from rpg_llm.sandbox.docker_backend import docker_client
+
+CPU_SCRIPT = """
+import time
+t = time.process_time()
+x = 0
+while time.process_time() - t < {work}:
+    for i in range(10000):
+        x += i * i
+print(x > 0)
+"""
+
+
+def bare_seconds(python: str) -> float:
+    t0 = time.monotonic()
+    subprocess.run([python, "-c", "pass"], check=True)
+    return time.monotonic() - t0
+
+
+def sandbox_seconds(sandbox, data: Path) -> float:
+    t0 = time.monotonic()
+    res = sandbox.run("pass\n", data, 30)
+    res.cleanup()
+    if res.status != "ok":
+        raise RuntimeError(f"{sandbox.name}: {res.outcome_text}\n{res.stderr}")
+    return time.monotonic() - t0
+
+
+def _cpu_job(code: str, kind: str, data: str) -> str:
+    res = make_sandbox(kind).run(code, Path(data), 120)
+    res.cleanup()
+    return res.status
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--batch", type=int, default=6, help="CPU-bound scripts per batch")
+    ap.add_argument("--work", type=float, default=0.6, help="CPU seconds per script")
+    args = ap.parse_args()
+
+    kinds = ["subprocess"] + (["bwrap"] if bwrap_path() else [])
+    try:
+        docker_client(timeout=2)
+        kinds.append("docker")
+        docker_reason = None
+    except RuntimeError as exc:
+        docker_reason = str(exc).split(":")[0]
+    with tempfile.TemporaryDirectory() as d:
+        data = Path(d)
+        (data / "train.csv").write_text("x,y\n" + "1,2\n" * 1000)
+        python = sys.executable
+        sandboxes = {k: make_sandbox(k) for k in kinds}
+        for sb in sandboxes.values():  # warm the page cache
+            sandbox_seconds(sb, data)
+        bare_seconds(python)
+        samples: dict[str, list[float]] = {"bare": []} | {k: [] for k in kinds}
+        for _ in range(args.repeats):  # interleaved so that load changes hit all alike
+            samples["bare"].append(bare_seconds(python))
+            for k, sb in sandboxes.items():
+                samples[k].append(sandbox_seconds(sb, data))
+        bare = statistics.median(samples["bare"])
+        print(f"bare `python -c pass`: median {1000 * bare:.1f} ms over {args.repeats} runs")
+        for k in kinds:
+            med = statistics.median(samples[k])
+            extra = 1000 * (med - bare)
+            target = "" if k == "docker" else " (target <= 150)"
+            verdict = "" if k == "docker" else (" OK" if extra <= 150 else " ABOVE TARGET")
+            print(f"{k:>10}: median {1000 * med:.1f} ms, extra {extra:.1f} ms{target}{verdict}")
+        if docker_reason:
+            print(f"    docker: skipped ({docker_reason})")
+
+        kind = "bwrap" if "bwrap" in kinds else "subprocess"  # the default backend
+        code = CPU_SCRIPT.format(work=args.work)
+        job = partial(_cpu_job, kind=kind, data=str(data))
+        times = {}
+        for workers in (1, 2):
+            with LocalExecutor(max_workers=workers) as ex:
+                ex.map(job, ["pass\n"] * workers)  # start the workers before timing
+                t0 = time.monotonic()
+                statuses = ex.map(job, [code] * args.batch)
+                times[workers] = time.monotonic() - t0
+            assert statuses == ["ok"] * args.batch, statuses
+        speedup = times[1] / times[2]
+        verdict = "OK" if speedup >= 1.8 else "BELOW TARGET"
+        print(
+            f"batch of {args.batch} CPU-bound scripts ({args.work} s CPU each, {kind}): "
+            f"1 worker {times[1]:.2f} s, 2 workers {times[2]:.2f} s, "
+            f"speed-up {speedup:.2f}x (target >= 1.8) {verdict}"
+        )
+
+
+if __name__ == "__main__":
+    main()

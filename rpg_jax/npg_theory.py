@@ -156,4 +156,5 @@ def settle_index(rho: np.ndarray, rho_star: float, rtol: float = 1e-12) -> int:
 def optimal_action_probability(theta: np.ndarray, u_star: np.ndarray) -> np.ndarray:
     """``pi_k(u_star(x) | x)`` for logits ``theta`` of shape ``(..., C, A)``; shape ``(..., C)``."""
     pi = softmax(np.asarray(theta, np.float64))
-    return np.take_along_axis(pi, np.asarray(u_star)[..., :, None], axis=-1)[..., 0]
+    idx = np.broadcast_to(np.asarray(u_star, np.int64), pi.shape[:-1])[..., None]
+    return np.take_along_axis(pi, idx, axis=-1)[..., 0]

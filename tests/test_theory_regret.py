@@ -56,12 +56,16 @@ def _adaptive_policy(history, x, A, beta):
     return z / z.sum()
 
 
-def _expectations(p, r_vals, d_vals, w, n, beta, rho, gap):
-    """Exact ``(E[rho sum delta - sum r], E[sum GAP])`` over the tree of n-decision histories."""
+def _expectations(p, r_vals, d_vals, w, n, beta, rho, gap, budget=np.inf):
+    """Exact ``(E[rho sum delta - sum r], E[sum GAP])`` over the tree of n-decision histories.
+
+    With a finite ``budget`` the run stops at the bounded stopping time
+    ``tau = min(n, first t with sum_{s<=t} delta_s >= budget)``.
+    """
     C, A = r_vals.shape[:2]
 
     def node(history, t):
-        if t == n:
+        if t == n or sum(h[3] for h in history) >= budget:
             return 0.0, 0.0
         exp_regret, exp_pseudo = 0.0, 0.0
         for x in range(C):
@@ -79,15 +83,23 @@ def _expectations(p, r_vals, d_vals, w, n, beta, rho, gap):
     return node((), 0)
 
 
-@given(bandit=discrete_bandits(), n=st.integers(1, 3), beta=st.floats(0.0, 5.0))
+@given(
+    bandit=discrete_bandits(),
+    n=st.integers(1, 3),
+    beta=st.floats(0.0, 5.0),
+    budget=st.one_of(st.just(np.inf), st.floats(0.1, 6.0)),
+)
 @SETTINGS
-def test_theory_regret_identity_exact(bandit, n, beta):
-    """E[R_n] = E[P_n] exactly for a history-dependent randomized policy (Theorem 1)."""
+def test_theory_regret_identity_exact(bandit, n, beta, budget):
+    """E[R_tau] = E[P_tau] exactly for a history-dependent randomized policy (Theorem 1).
+
+    ``tau = n`` (no budget) or the bounded stopping time of a time budget (Corollary 2).
+    """
     p, r_vals, d_vals, w = bandit
     rbar, dbar = _means(r_vals, d_vals, w)
     rho_star = rho_star_dinkelbach(p, rbar, dbar)[0]
     gap = gaps(p, rbar, dbar)
-    regret, pseudo = _expectations(p, r_vals, d_vals, w, n, beta, rho_star, gap)
+    regret, pseudo = _expectations(p, r_vals, d_vals, w, n, beta, rho_star, gap, budget)
     assert regret == pytest.approx(pseudo, abs=1e-10 * (1 + abs(pseudo)))
     assert pseudo >= -1e-12
     # with a wrong rate rho' the two sides differ by exactly -n F(rho') != 0: the check can fail
@@ -98,3 +110,6 @@ def test_theory_regret_identity_exact(bandit, n, beta):
     f_w = F(rho_w, p, rbar, dbar)
     assert f_w < 0
     assert regret_w - pseudo_w == pytest.approx(-n * f_w, rel=1e-9, abs=1e-12)
+    if np.isfinite(budget):  # E[R_tau] - E[P_tau] = -E[tau] F(rho'); E[tau] >= 1
+        regret_b, pseudo_b = _expectations(p, r_vals, d_vals, w, n, beta, rho_w, gap_w, budget)
+        assert -f_w * (1 - 1e-9) <= regret_b - pseudo_b <= -n * f_w * (1 + 1e-9)

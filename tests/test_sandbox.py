@@ -20,7 +20,9 @@ from rpg_llm.sandbox import (
     make_sandbox,
 )
 from rpg_llm.sandbox.base import classify
-from rpg_llm.sandbox.bwrap_backend import bwrap_path
+from rpg_llm.sandbox.bwrap_backend import bwrap_path, bwrap_works
+from rpg_llm.sandbox.docker_backend import _parse_ts
+from rpg_llm.sandbox.identity import is_root
 from rpg_llm.sandbox.process import CappedStream
 
 # --- traceback parsing and classification ------------------------------------------------------
@@ -133,7 +135,9 @@ def test_make_sandbox_kinds():
     assert isinstance(make_sandbox("subprocess"), SubprocessSandbox)
     auto = make_sandbox("auto", nproc=7)
     assert auto.limits.nproc == 7
-    assert isinstance(auto, BwrapSandbox if bwrap_path() else SubprocessSandbox)
+    assert isinstance(auto, BwrapSandbox if bwrap_works() else SubprocessSandbox)
+    if bwrap_path() is not None and is_root():
+        assert bwrap_works()  # as root, installed bubblewrap must work (CI installs it)
     with pytest.raises(ValueError, match="unknown sandbox kind 'lxc'"):
         make_sandbox("lxc")
     with pytest.raises(ValueError, match="memory_gb"):
@@ -160,6 +164,13 @@ def test_delta_measures_the_child_wall_time(tmp_path):
     res.cleanup()
     assert res.status == "ok"
     assert 0.5 <= res.delta <= outer
+
+
+def test_docker_timestamps_parse_to_seconds():
+    start = _parse_ts("2026-01-02T03:04:05.250000000Z")
+    end = _parse_ts("2026-01-02T03:04:07.000000001Z")
+    assert end - start == pytest.approx(1.750000001, abs=1e-6)
+    assert _parse_ts("0001-01-01T00:00:00Z") is None and _parse_ts(None) is None
 
 
 # --- executors ----------------------------------------------------------------------------------

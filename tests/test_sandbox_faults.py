@@ -227,6 +227,23 @@ def test_deleting_the_data_leaves_host_copy_intact(sandbox, data_dir):
         res.cleanup()
 
 
+def test_deleting_shared_data_fails(sandbox, outside_dir):
+    """Data other users may read (served by a link or bind, not a copy) cannot be deleted."""
+    data = outside_dir / "public"
+    data.mkdir(mode=0o755)
+    (data / "train.csv").write_text("a\n1\n")
+    (data / "train.csv").chmod(0o644)
+    before = _snapshot(data)
+    code = "import os, shutil\nos.remove('input/train.csv')\n"
+    res, _ = _run(sandbox, code, data)
+    try:
+        assert res.status == "error"
+        assert res.outcome_text.split()[0] in ("PermissionError", "OSError")
+        assert _snapshot(data) == before
+    finally:
+        res.cleanup()
+
+
 def test_output_flood_is_capped(sandbox, data_dir):
     code = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n"
     res, elapsed = _run(sandbox, code, data_dir)

@@ -1,6 +1,7 @@
 """Sandboxed execution of solution scripts behind one interface, three backends.
 
-``make_sandbox("auto")`` picks bubblewrap where ``bwrap`` is installed, else plain subprocess;
+``make_sandbox("auto")`` picks bubblewrap where ``bwrap`` is installed and works, else plain
+subprocess;
 ``"docker"`` needs the docker SDK and an engine.  See ``base.py`` for the execution convention.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rpg_llm.sandbox.base import STATUSES, ExecResult, Sandbox, SandboxLimits, describe_exception
-from rpg_llm.sandbox.bwrap_backend import BwrapSandbox, bwrap_path
+from rpg_llm.sandbox.bwrap_backend import BwrapSandbox, bwrap_path, bwrap_works
 from rpg_llm.sandbox.docker_backend import DockerSandbox
 from rpg_llm.sandbox.executors import BatchExecutor, LocalExecutor, RayExecutor
 from rpg_llm.sandbox.subprocess_backend import SubprocessSandbox
@@ -29,6 +30,8 @@ __all__ = [
     "SandboxLimits",
     "SubprocessSandbox",
     "describe_exception",
+    "bwrap_path",
+    "bwrap_works",
     "make_sandbox",
 ]
 
@@ -37,7 +40,7 @@ def make_sandbox(kind: str = "auto", **limits: Any) -> Sandbox:
     """Build a sandbox of the given kind.
 
     Args:
-      kind: ``"auto"`` (bubblewrap if installed, else subprocess), ``"subprocess"``, ``"bwrap"``
+      kind: ``"auto"`` (bubblewrap if it works here, else subprocess), ``"subprocess"``, ``"bwrap"``
         or ``"docker"``.
       **limits: fields of ``SandboxLimits`` (e.g. ``memory_bytes=4 * 2**30``, ``nproc=64``); for
         docker also ``image=`` and ``python=``.
@@ -55,7 +58,7 @@ def make_sandbox(kind: str = "auto", **limits: Any) -> Sandbox:
         raise ValueError(f"unknown sandbox limit(s) {unknown}; known: {sorted(known)}")
     lim = SandboxLimits(**limits)
     if kind == "auto":
-        kind = "bwrap" if bwrap_path() is not None else "subprocess"
+        kind = "bwrap" if bwrap_works() else "subprocess"
     if kind == "bwrap":
         return BwrapSandbox(limits=lim)
     if kind == "docker":

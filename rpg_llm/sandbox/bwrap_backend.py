@@ -14,9 +14,11 @@ interpreter under ``/root``) are covered by a tmpfs and the needed subfolders bo
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -39,6 +41,24 @@ from rpg_llm.sandbox.workdir import SCRIPT_NAME, new_workdir
 def bwrap_path() -> str | None:
     """Path of the ``bwrap`` executable, or ``None``."""
     return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_works() -> bool:
+    """True when bubblewrap is installed AND can start a sandbox here (probed once per process).
+
+    Some containers ship ``bwrap`` but forbid the namespaces it needs; ``make_sandbox("auto")``
+    then falls back to the subprocess backend.
+    """
+    if bwrap_path() is None:
+        return False
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            res = BwrapSandbox().run("pass\n", Path(d), 30)
+        except (OSError, RuntimeError, ValueError):
+            return False
+        res.cleanup()
+    return res.status == "ok"
 
 
 def _under(path: Path, parent: Path) -> bool:

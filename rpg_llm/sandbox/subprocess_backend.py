@@ -4,7 +4,9 @@ Isolation it gives: a wall-clock limit with process-group kill, ``RLIMIT_AS / NP
 NOFILE``, pinned thread counts, capped output, a clean environment, and (when the host is root) a
 private uid that owns only the working folder, so writes elsewhere and deleting the data fail.
 What it does NOT give: network isolation, and hiding of host files readable by other users
-(``hide`` is honoured only by the bubblewrap and docker backends).  Use bubblewrap where present.
+(``hide`` is honoured only by the bubblewrap and docker backends; when the interpreter lies in a
+folder other users cannot enter, the private uid keeps ``CAP_DAC_READ_SEARCH`` and may read any
+file).  Use bubblewrap where present.
 """
 
 from __future__ import annotations
@@ -32,7 +34,12 @@ from rpg_llm.sandbox.identity import (
     should_drop,
 )
 from rpg_llm.sandbox.process import RawRun, child_env, run_limited
-from rpg_llm.sandbox.workdir import SCRIPT_NAME, copy_input_readonly, new_workdir
+from rpg_llm.sandbox.workdir import (
+    SCRIPT_NAME,
+    copy_input_readonly,
+    new_workdir,
+    shareable_readonly,
+)
 
 
 def interpreter_paths(python: str) -> list[Path]:
@@ -90,7 +97,9 @@ class SubprocessSandbox:
 
         Args:
           code: solution source text.
-          input_dir: public data folder; copied read-only to ``./input``.
+          input_dir: public data folder, at ``./input``: a symbolic link when the child runs
+            under a private uid that can read but not change it (see
+            ``workdir.shareable_readonly``), else a read-only copy.
           timeout_s: wall-clock limit in seconds.
           hide: ignored by this backend (see module docstring).
 
@@ -106,7 +115,10 @@ class SubprocessSandbox:
         with borrowed_uid() if drop else nullcontext(None) as uid:
             wd = new_workdir(self.limits.workdir_root, code, uid)
             try:
-                copy_input_readonly(input_dir, wd / "input")
+                if uid is not None and shareable_readonly(input_dir):
+                    (wd / "input").symlink_to(input_dir, target_is_directory=True)
+                else:
+                    copy_input_readonly(input_dir, wd / "input")
                 env = child_env(wd, wd / "input", self.limits, python)
                 argv = self._argv(python, uid)
                 raw = run_limited(

@@ -57,3 +57,27 @@ def copy_input_readonly(src: Path, dest: Path) -> None:
         for name in dirnames:
             os.chmod(os.path.join(dirpath, name), 0o555)
     os.chmod(dest, 0o555)
+
+
+def shareable_readonly(src: Path) -> bool:
+    """True when a private uid can read ``src`` but change nothing in it.
+
+    Every folder must be ``o+rx`` and every file ``o+r``, nothing writable by group or others,
+    and the folder reachable from ``/``; then a symbolic link can replace the copy.
+    """
+    from rpg_llm.sandbox.identity import reachable_by_others
+
+    if not reachable_by_others(src):
+        return False
+    for dirpath, dirnames, filenames in os.walk(src):
+        for name in [".", *dirnames, *filenames]:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                return False
+            if stat.S_ISLNK(st.st_mode):
+                return False
+            need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
+            if st.st_mode & need != need or st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
+                return False
+    return True

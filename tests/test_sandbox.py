@@ -166,6 +166,22 @@ def test_delta_measures_the_child_wall_time(tmp_path):
     assert 0.5 <= res.delta <= outer
 
 
+@pytest.mark.parametrize("kind", ["subprocess", "bwrap"])
+def test_file_size_limit(kind, tmp_path):
+    if kind == "bwrap" and not bwrap_works():
+        pytest.skip("bubblewrap not usable here")
+    sb = make_sandbox(kind, fsize_bytes=2**20)
+    code = "with open('big.bin', 'wb') as fh:\n    fh.write(b'0' * 2**20)\n    fh.write(b'1')\n"
+    res = sb.run(code, tmp_path, 10)
+    try:
+        assert res.status == "error"
+        # buffered: the write fails when the file is flushed at the end of the with block
+        assert res.outcome_text == "OSError at line 1: [Errno 27] File too large"
+        assert (res.workdir / "big.bin").stat().st_size == 2**20
+    finally:
+        res.cleanup()
+
+
 def test_docker_timestamps_parse_to_seconds():
     start = _parse_ts("2026-01-02T03:04:05.250000000Z")
     end = _parse_ts("2026-01-02T03:04:07.000000001Z")

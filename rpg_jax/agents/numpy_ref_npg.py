@@ -8,9 +8,10 @@ bivariate Student-t vectors. Same semantics, step order and tie-breaking as
 agree in distribution, not sample by sample. Never used inside JAX code.
 
 NIW estimator (DESIGN.md section 4): ``y = (slot reward sum, log slot time sum)``, d = 2. State
-starts at ``mu0 = 0, kappa0 = 1e-3, nu0 = 3, psi0 = 1e-3 I``; each refit uses the prior
-``(mu, lam kappa, max(lam nu, d + 2), lam psi)`` and the conjugate update on the usable slots
-(``slot_d > 0``); with fewer than 2 usable slots nothing changes. ``rho_hat`` = max(0, the
+starts at ``mu0 = 0, kappa0 = 1e-3, nu0 = 3, psi0 = 1e-3 I``; the first successful refit uses
+that prior as is, each later one the prior ``(mu, lam kappa, max(lam nu, d + 2), lam psi)``
+(as ``rpg_jax.estimator``), then the conjugate update on the usable slots (finite, ``slot_d >
+0``); with fewer than 2 usable slots nothing changes. ``rho_hat`` = max(0, the
 ``quantile`` of mean(r)/mean(exp(y_2)) over ``num_batches`` batches of ``num_slots`` posterior
 predictive draws); the predictive is multivariate Student-t with ``df = nu - d + 1`` and scale
 ``psi (kappa + 1) / (kappa df)`` (Murphy 2007, "Conjugate Bayesian analysis of the Gaussian
@@ -40,17 +41,19 @@ _D = 2
 
 
 class NIWNumpy(NamedTuple):
-    """NIW posterior in NumPy float64: ``mu (2,)``, ``kappa ()``, ``nu ()``, ``psi (2, 2)``."""
+    """NIW posterior in NumPy float64: ``mu (2,)``, ``kappa ()``, ``nu ()``, ``psi (2, 2)``, and
+    ``num_fits`` (successful refits so far; the first refit uses the first prior unforgotten)."""
 
     mu: np.ndarray
     kappa: float
     nu: float
     psi: np.ndarray
+    num_fits: int = 0
 
 
 def niw_init() -> NIWNumpy:
     """The first prior ``mu0 = 0, kappa0 = 1e-3, nu0 = 3, psi0 = 1e-3 I`` (DESIGN.md section 4)."""
-    return NIWNumpy(np.zeros(_D), 1e-3, 3.0, 1e-3 * np.eye(_D))
+    return NIWNumpy(np.zeros(_D), 1e-3, 3.0, 1e-3 * np.eye(_D), 0)
 
 
 def niw_update(
@@ -66,15 +69,19 @@ def niw_update(
     Returns:
       ``(posterior, updated)``; ``updated`` is False (and ``niw`` returned unchanged) when fewer
       than 2 slots are usable.
+
+    Source: Murphy (2007), "Conjugate Bayesian analysis of the Gaussian distribution", NIW
+    posterior; forgetting rule of DESIGN.md section 4.
     """
-    use = slot_d > 0
+    use = np.isfinite(slot_r) & np.isfinite(slot_d) & (slot_d > 0)
     n = int(use.sum())
     if n < 2:
         return niw, False
     y = np.stack([slot_r[use], np.log(slot_d[use])], axis=1)
-    k0 = lam * niw.kappa
-    nu0 = max(lam * niw.nu, _D + 2.0)
-    psi0 = lam * niw.psi
+    if niw.num_fits == 0:
+        k0, nu0, psi0 = niw.kappa, niw.nu, niw.psi
+    else:
+        k0, nu0, psi0 = lam * niw.kappa, max(lam * niw.nu, _D + 2.0), lam * niw.psi
     ybar = y.mean(axis=0)
     dev = y - ybar
     scatter = dev.T @ dev
@@ -82,7 +89,7 @@ def niw_update(
     mun = (k0 * niw.mu + n * ybar) / kn
     dm = (ybar - niw.mu)[:, None]
     psin = psi0 + scatter + (k0 * n / kn) * (dm @ dm.T)
-    return NIWNumpy(mun, kn, nu0 + n, psin), True
+    return NIWNumpy(mun, kn, nu0 + n, psin, niw.num_fits + 1), True
 
 
 def niw_estimate(

@@ -61,20 +61,28 @@ def test_grade_cli_prints_json_report(tmp_path, capsys):
     assert out["raw_reward"] == -10.0
 
 
-def test_grade_cli_missing_competition_or_file_exits_2_with_one_line(tmp_path):
+def test_grade_cli_missing_competition_or_file_exits_2_with_one_line(tmp_path, capsys):
     _toy(tmp_path)
     sub = tmp_path / "s.csv"
     sub.write_text("id,y\n1,0\n")
-    env = dict(os.environ, RPG_DATA_ROOT=str(tmp_path))
+    root = ["--data-root", str(tmp_path)]
     for args in (["no-such-comp", str(sub)], ["toy-mae", str(tmp_path / "missing.csv")]):
-        proc = subprocess.run(
-            [sys.executable, "-m", "rpg_llm.grade", *args], capture_output=True, text=True, env=env
-        )
-        assert proc.returncode == 2
-        assert proc.stdout == ""
-        lines = proc.stderr.strip().splitlines()
+        assert grade_cli.main([*args, *root]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        lines = captured.err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:")
-        assert args[0] in lines[0] or "missing.csv" in lines[0]
+        assert "no-such-comp" in lines[0] or "missing.csv" in lines[0]
+    # the module entry point behaves the same (one process, data root from the environment)
+    env = dict(os.environ, RPG_DATA_ROOT=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "rpg_llm.grade", "no-such-comp", str(sub)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and str(tmp_path) in proc.stderr
 
 
 def test_tasks_cli_unknown_name_exits_2(tmp_path, capsys):

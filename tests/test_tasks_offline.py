@@ -114,3 +114,27 @@ def test_leaderboard_ladder_builds_and_ranks(tmp_path):
     report = grade_submission(comp, comp.sample_submission)
     assert report.percentile is not None and report.percentile <= 1.5 / len(board)
     assert raw_reward(report) == report.score
+
+
+def test_run_ladder_grades_entries_and_reports_failures(tmp_path):
+    from rpg_llm.tasks.ladder import run_ladder
+
+    comp = prepare("digits-accuracy", tmp_path / "data", leaderboard=False)
+    sols = tmp_path / "sols"
+    sols.mkdir()
+    (sols / "copy.py").write_text(
+        "import os, shutil\nOFFSET = 0\n"
+        "assert os.environ['RPG_INPUT_DIR'] and os.path.isdir('input')\n"
+        "shutil.copy('input/sample_submission.csv', 'submission.csv')\n"
+    )
+    (sols / "exit3.py").write_text("import sys\nsys.exit(3)\n")
+    (sols / "boom.py").write_text("x = 1\ny = x / 0\n")
+    board = run_ladder(comp, (("copy", {"OFFSET": 1}), ("copy", {})), sols, 2, preload=())
+    expected = grade_submission(comp, comp.sample_submission).score
+    assert list(board["score"]) == [expected, expected]
+    assert list(board["rank"]) == [1, 2]
+    assert set(board["teamName"]) == {"copy", "copy(OFFSET=1)"}
+    with pytest.raises(RuntimeError, match="rc 3"):
+        run_ladder(comp, (("exit3", {}),), sols, 1, preload=())
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        run_ladder(comp, (("boom", {}),), sols, 1, preload=())

@@ -109,6 +109,7 @@ def run_ladder(
     ladder: tuple[tuple[str, dict], ...],
     solutions_dir: Path,
     workers: int | None = None,
+    preload: tuple[str, ...] = PRELOAD,
 ) -> pd.DataFrame:
     """Run every ladder entry on ``comp``'s public data and grade it.
 
@@ -121,6 +122,7 @@ def run_ladder(
         ladder: ``(solution name, constants)`` entries.
         solutions_dir: folder holding ``<name>.py``.
         workers: parallel runs, default ``min(2, os.cpu_count())``.
+        preload: modules the fork server imports before forking (default :data:`PRELOAD`).
 
     Returns:
         Board with columns ``rank, teamName, score, solution, constants, seconds``, best first.
@@ -150,7 +152,7 @@ def run_ladder(
             }
             jobs.append({"workdir": str(workdir), "env": env})
         request = {
-            "preload": list(PRELOAD),
+            "preload": list(preload),
             "workers": n_workers,
             "timeout_s": LADDER_TIMEOUT_S,
             "jobs": jobs,

@@ -114,6 +114,25 @@ def test_auc_and_accuracy_equal_sklearn():
     assert got == pytest.approx(np.mean(guess == labels), rel=1e-12)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 6), st.integers(1, 40), st.integers(0, 2**31 - 1))
+def test_logloss_matches_sklearn_for_random_valid_submissions(k, n, seed):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, size=n)
+    p = rng.dirichlet(np.full(k, 0.5), size=n)
+    p = np.clip(p, 1e-6, None)
+    p /= p.sum(axis=1, keepdims=True)
+    cols = [f"c{j}" for j in range(k)]
+    ids = rng.permutation(n)
+    answers = pd.DataFrame(np.eye(k, dtype=int)[y], columns=cols)
+    answers.insert(0, "id", ids)
+    sub = pd.DataFrame(p, columns=cols)
+    sub.insert(0, "id", ids)
+    order = rng.permutation(n)
+    got = M.grade_multiclass_logloss(sub.iloc[order], answers)
+    assert got == pytest.approx(skm.log_loss(y, p, labels=list(range(k))), rel=1e-9)
+
+
 # ----------------------------------------------------------------------------- validity rules
 
 
@@ -270,6 +289,7 @@ def test_grade_submission_on_folder_competition(tmp_path):
     _, answers = make_folder_competition(tmp_path)
     comp = load_competition("toy-rmse", tmp_path)
     assert comp.lower_is_better  # inferred from the board order as MLE-Bench does
+    assert comp == load_competition("toy-rmse", tmp_path) and hash(comp)
     sub = answers.copy()
     sub["y"] = sub["y"] + 0.25  # RMSE exactly 0.25
     path = tmp_path / "sub.csv"

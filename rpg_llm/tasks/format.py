@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,8 @@ class Competition:
         description: markdown text shown to the policy.
         lower_is_better: direction of ``score``.
         grade_fn: ``"module:function"`` from ``config.yaml`` ``grader.grade_fn``.
-        leaderboard: table with a ``score`` column, or None when the folder has none.
+        leaderboard: table with a ``score`` column, or None when the folder has none (left out
+            of equality and hashing).
         answers: path of the private answers CSV.
         sample_submission: path of the public sample submission CSV.
         source: ``"folder"`` (read by us) or ``"mlebench"`` (from the mlebench registry).
@@ -60,7 +61,7 @@ class Competition:
     description: str
     lower_is_better: bool
     grade_fn: str
-    leaderboard: pd.DataFrame | None
+    leaderboard: pd.DataFrame | None = field(compare=False)
     answers: Path | None = None
     sample_submission: Path | None = None
     source: str = "folder"

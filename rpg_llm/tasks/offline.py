@@ -608,7 +608,8 @@ def prepare(
             board.to_csv(build_root / "leaderboard.csv", index=False)
             note = (
                 f"{len(board)} runs of our baseline scripts (rpg_llm/tasks/solutions/{spec.id}) "
-                f"over model families, budgets and seeds, graded by {spec.grade_fn}; built in "
+                f"over model families, budgets and seeds, graded by {spec.grade_fn}; column "
+                f"seconds: wall time of each forked run (imports excluded); built in "
                 f"{time.perf_counter() - start:.1f} s"
             )
         _write_config(spec, build_root, seed, note)
@@ -618,9 +619,8 @@ def prepare(
         try:
             os.replace(build_root, root)
         except OSError:
-            if not _is_cached(
-                spec, root, seed, leaderboard
-            ):  # nobody else finished it: a real error
+            # another process may have finished the same folder meanwhile: use theirs
+            if not _is_cached(spec, root, seed, leaderboard):
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)

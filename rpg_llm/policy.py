@@ -108,6 +108,10 @@ def _convert_smollm2_gguf(target: Path) -> Path:
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
         )
+        # the tensors are de-quantised already: save them as a plain float32 checkpoint
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
         partial = target.with_name(target.name + ".partial")
         model.save_pretrained(partial, safe_serialization=True)
         tok.save_pretrained(partial)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
+import fixtures_llm
 import pytest
 import torch
-from fixtures_llm import tiny_model_dir, tiny_policy  # noqa: F401
 
 from rpg_llm.ppo import (
     PPOBatch,
@@ -21,6 +21,10 @@ from rpg_llm.ppo import (
     policy_loss,
     value_loss,
 )
+
+# fixtures (pytest finds them by name in this module)
+tiny_model_dir = fixtures_llm.tiny_model_dir
+tiny_policy = fixtures_llm.tiny_policy
 
 F64 = torch.float64
 
@@ -167,7 +171,7 @@ def _fresh_actor(model_dir):
     return load_policy(str(model_dir), device="cpu").model
 
 
-def test_micro_batch_accumulation_equals_full_batch_gradient(tiny_model_dir):  # noqa: F811
+def test_micro_batch_accumulation_equals_full_batch_gradient(tiny_model_dir):
     grads = []
     for micro in (1, 2):
         actor = _fresh_actor(tiny_model_dir)
@@ -190,7 +194,7 @@ def _seq_logps(trainer, batch):
     return (lp * batch.response_mask).sum(1)
 
 
-def test_positive_score_raises_response_logprob(tiny_model_dir, tiny_policy):  # noqa: F811
+def test_positive_score_raises_response_logprob(tiny_model_dir, tiny_policy):
     cfg = PPOConfig(actor_lr=3e-3, critic_lr=3e-3, kl_coef=0.0, whiten_advantages=False)
     trainer = PPOTrainer(_fresh_actor(tiny_model_dir), cfg)
     batch = _batch(tiny_policy, [1.0])
@@ -204,7 +208,7 @@ def test_positive_score_raises_response_logprob(tiny_model_dir, tiny_policy):  #
     assert stats[0]["advantage_mean"] == pytest.approx(1.0, abs=1e-6)
 
 
-def test_whitened_advantages_push_better_response_up(tiny_model_dir, tiny_policy):  # noqa: F811
+def test_whitened_advantages_push_better_response_up(tiny_model_dir, tiny_policy):
     cfg = PPOConfig(actor_lr=3e-3, critic_lr=3e-3)
     trainer = PPOTrainer(_fresh_actor(tiny_model_dir), cfg)
     batch = _batch(tiny_policy, [1.0, -1.0])
@@ -215,7 +219,7 @@ def test_whitened_advantages_push_better_response_up(tiny_model_dir, tiny_policy
     assert s[0]["advantage_mean"] == pytest.approx(0.0, abs=1e-5)
 
 
-def test_checkpoint_roundtrip(tiny_model_dir, tiny_policy, tmp_path):  # noqa: F811
+def test_checkpoint_roundtrip(tiny_model_dir, tiny_policy, tmp_path):
     trainer = PPOTrainer(_fresh_actor(tiny_model_dir), PPOConfig(actor_lr=1e-3))
     trainer.step(_batch(tiny_policy, [1.0, 0.0]))
     trainer.save(tmp_path / "ckpt")
@@ -229,7 +233,7 @@ def test_checkpoint_roundtrip(tiny_model_dir, tiny_policy, tmp_path):  # noqa: F
     assert s1["pg_loss"] == pytest.approx(s2["pg_loss"], rel=1e-5)
 
 
-def test_lora_trainer_steps(tiny_model_dir, tiny_policy):  # noqa: F811
+def test_lora_trainer_steps(tiny_model_dir, tiny_policy):
     trainer = PPOTrainer(_fresh_actor(tiny_model_dir), PPOConfig(lora_rank=4, actor_lr=1e-3))
     assert trainer.ref is None
     s = trainer.step(_batch(tiny_policy, [1.0, -1.0]))

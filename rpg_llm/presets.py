@@ -1,0 +1,164 @@
+"""Named settings for ``python -m rpg_llm.run --preset NAME``, and the resources each needs.
+
+* ``cpu-default`` (what ``python -m rpg_llm.run`` runs with no arguments): SmolLM2-135M-Instruct,
+  the offline text competition, a small batch, a few PPO steps, RPG arm, buffer seeded with the
+  competition's baseline solutions; sized to finish in about 15 minutes on 2 CPU cores.
+* ``qwen3.5-4b-mlebench``: the paper's MLE-Bench settings (DESIGN.md section 7) with
+  ``Qwen/Qwen3.5-4B`` on one GPU and the user's MLE-Bench data folder.
+* ``nanogpt-speedrun``: the NanoGPT speedrun task (eight GPUs, ``torchrun``, timeout 1500 s).
+
+:func:`missing_resources` lists, in words, what a preset needs that this machine lacks (a GPU, a
+data folder, model weights) and how to provide it; the CLI turns that into an exit-2 message.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Preset", "PRESETS", "DEFAULT_PRESET", "get_preset", "missing_resources"]
+
+MLEBENCH_ENV = "RPG_MLEBENCH_DATA"
+NANOGPT_ENV = "RPG_NANOGPT_DATA"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named set of :class:`rpg_llm.loop.LoopConfig` values and the resources it needs.
+
+    Attributes:
+        name: preset name.
+        summary: one line for ``--help``.
+        settings: LoopConfig fields.
+        gpus: GPUs needed (0: runs on a CPU).
+        data_env: environment variable naming the data folder it needs (None: none needed).
+        data_hint: how to obtain that folder.
+    """
+
+    name: str
+    summary: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    gpus: int = 0
+    data_env: str | None = None
+    data_hint: str = ""
+
+
+PRESETS: dict[str, Preset] = {
+    "cpu-default": Preset(
+        "cpu-default",
+        "SmolLM2-135M on the offline text competition, RPG, seeded buffer, ~15 min on 2 cores",
+        dict(
+            method="rpg",
+            task="text",
+            model="HuggingFaceTB/SmolLM2-135M-Instruct",
+            steps=3,
+            batch_size=3,
+            timeout_s=60.0,
+            max_prompt_tokens=900,
+            max_new_tokens=160,
+            seed_buffer=True,
+            checkpoint_every=10,
+            keep_checkpoints=1,
+            workers=2,
+            estimator_batches=1000,
+            ppo=dict(micro_batch_size=1),
+        ),
+    ),
+    "qwen3.5-4b-mlebench": Preset(
+        "qwen3.5-4b-mlebench",
+        "Qwen/Qwen3.5-4B on MLE-Bench with the paper's settings (1 GPU, MLE-Bench data)",
+        dict(
+            task="spooky-author-identification",
+            model="Qwen/Qwen3.5-4B",
+            steps=300,
+            batch_size=128,
+            timeout_s=600.0,
+            max_prompt_tokens=2560,
+            max_new_tokens=2500,
+            seed_buffer=False,
+            checkpoint_every=10,
+            workers=16,
+            gen_batch_size=32,
+            ppo=dict(micro_batch_size=4, mini_batch_size=32, gradient_checkpointing=True),
+        ),
+        gpus=1,
+        data_env=MLEBENCH_ENV,
+        data_hint=(
+            "prepare the competitions with mle-bench (`mlebench prepare --lite`) and pass their "
+            "data folder with --data-root DIR or the environment variable " + MLEBENCH_ENV
+        ),
+    ),
+    "nanogpt-speedrun": Preset(
+        "nanogpt-speedrun",
+        "NanoGPT speedrun (train_gpt.py under torchrun on 8 GPUs, target val loss 3.28)",
+        dict(
+            task="nanogpt-speedrun",
+            model="Qwen/Qwen3.5-4B",
+            steps=300,
+            batch_size=8,
+            timeout_s=1500.0,
+            max_prompt_tokens=8192,
+            max_new_tokens=8192,
+            seed_buffer=True,
+            workers=1,
+            ppo=dict(micro_batch_size=1, gradient_checkpointing=True),
+        ),
+        gpus=8,
+        data_env=NANOGPT_ENV,
+        data_hint=(
+            "download the FineWeb-10B token shards of the speedrun (its "
+            "`data/cached_fineweb10B.py`) on a connected machine and pass the folder with "
+            "--data-root DIR or the environment variable " + NANOGPT_ENV
+        ),
+    ),
+}
+DEFAULT_PRESET = "cpu-default"
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``. Raises ValueError listing the known names."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def missing_resources(preset: Preset, model: str, data_root: str | None) -> list[str]:
+    """What ``preset`` needs that is not here, each as "what is missing: how to provide it".
+
+    Checks the GPU count, the data folder (``data_root`` or the preset's environment variable)
+    and the model weights (a local folder, the Hugging Face cache or the hub).
+    """
+    missing = []
+    gpus = _gpu_count()
+    if gpus < preset.gpus:
+        missing.append(
+            f"{preset.gpus} CUDA GPU(s) (found {gpus}): run on a machine with "
+            f"{preset.gpus} GPU(s) and a CUDA build of torch 2.13.0"
+        )
+    if preset.data_env is not None:
+        folder = data_root or os.environ.get(preset.data_env)
+        if not folder or not Path(folder).is_dir():
+            where = f" ({folder} does not exist)" if folder else ""
+            missing.append(f"the data folder{where}: {preset.data_hint}")
+    from rpg_llm.policy import resolve_model
+
+    try:
+        resolve_model(model, allow_download=True)
+    except ValueError:
+        missing.append(
+            f"weights of {model} (not a local folder, not in the Hugging Face cache, hub "
+            f"unreachable): run `huggingface-cli download {model}` on a connected machine, copy "
+            f"the cache or folder here and pass --model FOLDER"
+        )
+    return missing

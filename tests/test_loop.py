@@ -1,0 +1,150 @@
+"""The training loop end to end with the tiny model on the offline text competition."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+from typing import NamedTuple
+
+import fixtures_llm
+import numpy as np
+import pytest
+import torch
+
+from rpg_llm.loop import Backends, LoopConfig, Trainer, default_backends, train
+
+# fixtures (pytest finds them by name in this module)
+tiny_model_dir = fixtures_llm.tiny_model_dir
+
+COPY_SAMPLE = "import shutil\nshutil.copy('input/sample_submission.csv', 'submission.csv')\n"
+
+
+class _RatioState(NamedTuple):
+    rho_hat: torch.Tensor
+
+
+def _ratio_estimator():
+    """A transparent stand-in estimator: rho_hat = max(0, sum r / sum t) over the slots."""
+
+    def init_state(dtype):
+        return _RatioState(torch.tensor(0.0, dtype=dtype))
+
+    def refit(state, r, t, key, num_batches=1000):
+        if (t > 0).sum() < 2:
+            return state
+        return _RatioState(torch.clamp(r.sum() / t.sum(), min=0.0))
+
+    return types.SimpleNamespace(init_state=init_state, refit=refit)
+
+
+def _backends(estimator=None) -> Backends:
+    b = default_backends()
+    b.baseline_solutions = lambda comp_id: [("copy_sample", COPY_SAMPLE)]
+    if estimator is not None:
+        b.estimator = estimator
+    return b
+
+
+def _cfg(model_dir, method, **kw):
+    base = dict(
+        method=method,
+        task="text",
+        model=str(model_dir),
+        steps=2,
+        batch_size=2,
+        timeout_s=30.0,
+        max_prompt_tokens=768,
+        max_new_tokens=12,
+        checkpoint_every=1,
+        workers=2,
+        sandbox="subprocess",
+        estimator_batches=200,
+        ppo={"micro_batch_size": 2},
+    )
+    base.update(kw)
+    return LoopConfig(**base)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["rpg", "vanilla"])
+def test_two_step_run_both_arms(tiny_model_dir, tmp_path, method):
+    run = tmp_path / method
+    records = train(_cfg(tiny_model_dir, method), run, backends=_backends(), progress=False)
+    assert [r.step for r in records] == [1, 2]
+    from rpg_llm.buffer import SampleBuffer
+
+    samples = SampleBuffer(run / "buffer.sqlite", capacity=100).all()
+    keys = sorted((s.step, s.row) for s in samples)
+    assert keys == [(0, 0), (1, 0), (1, 1), (2, 0), (2, 1)]  # one seed, then B per step
+    seed = [s for s in samples if s.step == 0][0]
+    assert seed.status == "ok" and seed.exec_time > 0  # really executed and graded
+    # step 1 prompts improve the seed (the buffer was not empty)
+    assert all(s.parent_id == seed.id for s in samples if s.step == 1)
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["method"] == method and cfg["seeded"] is True
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    for m, step in zip(metrics, (1, 2), strict=True):
+        rows = [s for s in samples if s.step == step]
+        raw = np.array([s.raw_reward for s in rows])
+        valid = np.array([s.status == "ok" for s in rows])
+        bonus = 0.5 * (valid & (raw > seed.raw_reward))
+        if method == "rpg":
+            t = np.where(valid, np.maximum([s.exec_time for s in rows], 0.1), 30.0)
+            expected = raw + bonus - m["rho_hat"] * t
+        else:
+            expected = raw + bonus
+        assert m["ppo/score_mean"] == pytest.approx(float(expected.mean()), rel=1e-5)
+        assert math.isfinite(m["ppo/pg_loss"]) and math.isfinite(m["ppo/vf_loss"])
+    assert (run / "checkpoints" / "step_000002" / "trainer.pt").exists()
+    assert any((run / "tb").iterdir())
+
+
+def test_relative_reward_uses_the_current_step_estimate(tiny_model_dir, tmp_path, monkeypatch):
+    """The PPO scores of step k use rho_hat refitted on the slot sums INCLUDING step k."""
+    trainer = Trainer(
+        _cfg(tiny_model_dir, "rpg", seed_buffer=False),
+        tmp_path / "run",
+        backends=_backends(_ratio_estimator()),
+        progress=False,
+    )
+    try:
+        seen = []
+        monkeypatch.setattr(trainer.ppo, "step", lambda batch: seen.append(batch.scores) or {})
+        fake_outcomes = iter([(0.9, 3.0), (0.5, 1.0), (0.7, 10.0), (0.8, 2.0)])
+
+        def run_batch(codes, comp, sandbox, timeout_s, executor):
+            out = []
+            for _ in codes:
+                r, t = next(fake_outcomes)
+                out.append(
+                    types.SimpleNamespace(
+                        status="ok",
+                        delta=t,
+                        score=r,
+                        raw_reward=r,
+                        valid=True,
+                        outcome_text=f"score {r}",
+                    )
+                )
+            return out
+
+        trainer.backends.run_batch = run_batch
+        # every response "contains" a script
+        monkeypatch.setattr("rpg_llm.loop.extract_code", lambda text: "print(1)\n")
+        trainer.step(1)
+        trainer.step(2)
+        # after step 1: slots (0.9, 3), (0.5, 1) -> rho_1 = 1.4 / 4 = 0.35
+        # after step 2: slots (1.6, 13), (1.3, 3) -> rho_2 = 2.9 / 16
+        rho1, rho2 = 1.4 / 4, 2.9 / 16
+        np.testing.assert_allclose(
+            seen[0].numpy(), [0.9 + 0.5 - rho1 * 3.0, 0.5 + 0.5 - rho1 * 1.0], rtol=1e-6
+        )
+        # step 2: no new best (0.7, 0.8 < 0.9); priced at rho_2, not at rho_1
+        np.testing.assert_allclose(
+            seen[1].numpy(), [0.7 - rho2 * 10.0, 0.8 - rho2 * 2.0], rtol=1e-6
+        )
+        assert trainer.rates.rho_hat == pytest.approx(rho2)
+    finally:
+        trainer.close()

@@ -1,0 +1,149 @@
+"""``python -m rpg_llm.run``: usage errors exit 2 with one line; SIGKILL then --resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import fixtures_llm
+import pytest
+
+from rpg_llm.run import main
+
+# fixtures (pytest finds them by name in this module)
+tiny_model_dir = fixtures_llm.tiny_model_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error: ")
+    return err
+
+
+def test_unknown_model_offline_exits_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("RPG_MODEL_CACHE", str(tmp_path / "models"))
+    assert main(["--model", "no-such-org/no-such-model", "--out", str(tmp_path / "r")]) == 2
+    assert "no-such-org/no-such-model" in _one_line_error(capsys)
+    assert not (tmp_path / "r").exists()  # nothing created
+
+
+def test_missing_task_exits_2(tmp_path, capsys, tiny_model_dir):
+    argv = ["--model", str(tiny_model_dir), "--task", "no-such-task", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    assert "no-such-task" in _one_line_error(capsys)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "value, needle", [("0", "batch_size"), ("-3", "batch_size"), ("two", "--batch-size")]
+)
+def test_bad_batch_size_exits_2(tmp_path, capsys, tiny_model_dir, value, needle):
+    argv = ["--model", str(tiny_model_dir), "--batch-size", value, "--out", str(tmp_path / "r")]
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main(argv))
+    assert exc.value.code == 2
+    assert needle in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize(
+    "preset, needs",
+    [
+        ("qwen3.5-4b-mlebench", ["1 CUDA GPU", "data folder", "weights of Qwen/Qwen3.5-4B"]),
+        ("nanogpt-speedrun", ["8 CUDA GPU", "data folder", "FineWeb"]),
+    ],
+)
+def test_presets_with_missing_resources_say_what_is_missing(
+    tmp_path, capsys, monkeypatch, preset, needs
+):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("RPG_MLEBENCH_DATA", raising=False)
+    monkeypatch.delenv("RPG_NANOGPT_DATA", raising=False)
+    import torch
+
+    if torch.cuda.device_count() >= 8:
+        pytest.skip("this machine has the GPUs")
+    assert main(["--preset", preset, "--out", str(tmp_path / "r")]) == 2
+    err = _one_line_error(capsys)
+    for n in needs:
+        assert n in err
+    assert "TODO" not in err and "placeholder" not in err.lower()
+
+
+def test_unknown_preset_exits_2(capsys):
+    assert main(["--preset", "gpt-17"]) == 2
+    assert "gpt-17" in _one_line_error(capsys)
+
+
+def _run_cli(args, env_extra=None, timeout=900):
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", **(env_extra or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "rpg_llm.run", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _samples(run):
+    import sqlite3
+
+    con = sqlite3.connect(str(run / "buffer.sqlite"))
+    try:
+        return con.execute("SELECT id, step, row FROM samples ORDER BY id").fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("every, kill_at", [(1, "2:stored"), (2, "2:updated")])
+def test_sigkill_then_resume_loses_and_duplicates_nothing(
+    tmp_path,
+    tiny_model_dir,
+    every,
+    kill_at,
+):
+    run = tmp_path / "run"
+    args = [
+        "--model",
+        str(tiny_model_dir),
+        "--steps",
+        "3",
+        "--batch-size",
+        "2",
+        "--no-seed-buffer",
+        "--checkpoint-every",
+        str(every),
+        "--max-new-tokens",
+        "8",
+        "--max-prompt-tokens",
+        "768",
+        "--sandbox",
+        "subprocess",
+        "--no-progress",
+        "--no-plot",
+        "--out",
+        str(run),
+    ]
+    killed = _run_cli(args, {"RPG_KILL_AT": kill_at})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    before = _samples(run)
+    assert sorted((s, r) for _, s, r in before) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    resumed = _run_cli(["--resume", str(run), "--no-progress", "--no-plot"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    after = _samples(run)
+    assert after[: len(before)] == before  # stored samples kept, same ids
+    assert sorted((s, r) for _, s, r in after) == [(s, r) for s in (1, 2, 3) for r in (0, 1)]
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    replayed = {m["step"]: m["replayed"] for m in metrics}
+    assert replayed[2] is True and replayed[3] is False
+    assert (run / "checkpoints" / "step_000003" / "trainer.pt").exists()

@@ -83,15 +83,16 @@ def standard_gamma(key: jax.Array, alpha: jax.Array, shape: tuple[int, ...], dty
         n *= int(s)
     d = alpha - 1.0 / 3.0
     c = jax.lax.rsqrt(9.0 * d)
-    k_first, k_pool, k_loop = jax.random.split(key, 3)
+    k_first, k_loop = jax.random.split(key)
 
+    # Round 1 (first n candidates) and the pool (last p), drawn in one call.
+    p = _pool_size(n)
     valid = (alpha >= 1.0) & jnp.isfinite(alpha)
-    g, done = _mt_candidates(k_first, d, c, n, dtype)
+    vals, oks = _mt_candidates(k_first, d, c, n + p, dtype)
+    g, done, pool_g, pool_ok = vals[:n], oks[:n], vals[n:], oks[n:]
     done = done | ~valid  # never loop on an invalid alpha; those outputs become NaN below
 
-    # Pool: accepted pool values, compacted in order, fill rejected outputs in order.
-    p = _pool_size(n)
-    pool_g, pool_ok = _mt_candidates(k_pool, d, c, p, dtype)
+    # Accepted pool values, compacted in order, fill the rejected outputs in order.
     pool_rank = jnp.cumsum(pool_ok) - 1
     accepted = jnp.zeros((p,), dtype).at[jnp.where(pool_ok, pool_rank, p)].set(pool_g, mode="drop")
     n_accepted = jnp.sum(pool_ok)

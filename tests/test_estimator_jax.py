@@ -1,0 +1,353 @@
+"""Tests of the JAX NIW reward-rate estimator (rpg_jax.estimator) and its fast sampler.
+
+Backend-independent contract checks live in tests/test_estimator_contract.py; here: the algebra
+against independent NumPy/SciPy computations, the samplers' laws, and jit / vmap behaviour.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from rpg_jax import estimator as E
+from rpg_jax import student_t
+
+TOL = {"rtol": 1e-10, "atol": 1e-10}
+
+
+def np_niw(prior, y):
+    """NumPy conjugate NIW update via raw moments (different algebra from the module's)."""
+    mu0, k0, nu0, psi0 = prior
+    n = y.shape[0]
+    kn = k0 + n
+    mn = (k0 * mu0 + y.sum(axis=0)) / kn
+    psin = psi0 + y.T @ y + k0 * np.outer(mu0, mu0) - kn * np.outer(mn, mn)
+    return mn, kn, nu0 + n, psin
+
+
+def first_prior():
+    return np.zeros(2), E.KAPPA0, E.NU0, E.PSI0_SCALE * np.eye(2)
+
+
+def slot_data(seed, num_slots=64, per_slot=8, corr=0.0):
+    rng = np.random.default_rng(seed)
+    z = rng.multivariate_normal([0, 0], [[1, corr], [corr, 1]], size=(num_slots, per_slot))
+    delta = np.maximum(1.2 * (1 + 0.15 * z[..., 1]), 0.5)
+    r = np.maximum(0.6 + 0.2 * z[..., 0], 0.0)
+    return r.sum(axis=1), delta.sum(axis=1)
+
+
+def posterior(state):
+    return tuple(np.asarray(x) for x in (state.mu, state.kappa, state.nu, state.psi))
+
+
+def assert_post(state, ref, tol=TOL):
+    for got, want in zip(posterior(state), ref, strict=True):
+        np.testing.assert_allclose(got, want, **tol)
+
+
+update_jit = jax.jit(E.update)
+estimate_jit = jax.jit(E.estimate, static_argnames=("num_slots", "num_batches", "sampler"))
+draws_jit = jax.jit(E.predictive_draws, static_argnames=("num_slots", "num_batches", "sampler"))
+refit_jit = jax.jit(E.refit, static_argnames=("num_batches", "sampler"))
+chi2_jit = jax.jit(student_t.chi2_over_df, static_argnames=("shape",))
+mvt_jit = jax.jit(student_t.multivariate_t, static_argnames=("shape",))
+
+
+def fitted_state(seed=0, num_slots=128, refits=2, corr=0.0):
+    state = E.init_state(jnp.float64)
+    for i in range(refits):
+        r, t = slot_data(seed + i, num_slots=num_slots, corr=corr)
+        state = update_jit(state, r, t, E.LAM)
+    return state
+
+
+# ----------------------------------------------------------------------------- posterior algebra
+
+
+def test_sequential_without_forgetting_equals_batch():
+    """lam = 1: three sequential refits equal one conjugate update on all the data."""
+    chunks = [slot_data(s, num_slots=40, corr=0.5) for s in range(3)]
+    state = E.init_state(jnp.float64)
+    for r, t in chunks:
+        state = update_jit(state, r, t, 1.0)
+    y = np.concatenate([np.stack([r, np.log(t)], axis=1) for r, t in chunks])
+    assert_post(state, np_niw(first_prior(), y))
+    assert int(state.num_fits) == 3
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    lam=st.floats(0.05, 1.0),
+    refits=st.integers(1, 4),
+    bad=st.integers(0, 6),
+)
+def test_posterior_matches_numpy_with_forgetting(seed, lam, refits, bad):
+    """Random slot data (with unusable slots) and forgetting factors: NumPy model at 1e-10."""
+    rng = np.random.default_rng(seed)
+    state = E.init_state(jnp.float64)
+    post, fits = first_prior(), 0
+    for _ in range(refits):
+        r = rng.normal(3.0, 2.0, 16)
+        t = rng.lognormal(1.0, 0.5, 16)
+        idx = rng.choice(16, size=bad, replace=False)
+        r[idx[: bad // 2]] = np.nan
+        t[idx[bad // 2 :]] = rng.choice([0.0, -1.0, np.inf], size=bad - bad // 2)
+        ok = np.isfinite(r) & np.isfinite(t) & (t > 0)
+        y = np.stack([r[ok], np.log(t[ok])], axis=1)
+        state = update_jit(state, r, t, lam)
+        if fits > 0:
+            mu, k, nu, psi = post
+            post = (mu, lam * k, max(lam * nu, 4.0), lam * psi)
+        post = np_niw(post, y)
+        fits += 1
+        assert_post(state, post)
+        assert bool(state.fitted)
+    assert int(state.num_fits) == fits
+
+
+def test_masked_update_equals_update_on_usable_subset():
+    r, t = slot_data(7, num_slots=32)
+    r, t = r.copy(), t.copy()
+    r[[2, 9]] = [np.nan, -np.inf]
+    t[[4, 11, 20]] = [0.0, np.nan, -3.0]
+    ok = np.isfinite(r) & np.isfinite(t) & (t > 0)
+    assert ok.sum() == 27
+    base = fitted_state(seed=3, num_slots=32, refits=1)
+    masked = update_jit(base, r, t, E.LAM)
+    subset = E.update(base, r[ok], t[ok], E.LAM)  # eager, other static shape
+    assert_post(masked, posterior(subset), {"rtol": 1e-12, "atol": 1e-12})
+
+
+def test_too_few_usable_keeps_everything_under_vmap():
+    """Per-seed decisions under vmap: a seed with one usable slot keeps its state."""
+    state = fitted_state(seed=5, num_slots=16, refits=1)
+    state = state._replace(rho_hat=jnp.asarray(0.37))
+    r, t = slot_data(6, num_slots=16)
+    r_bad = np.where(np.arange(16) == 0, r, np.nan)
+    rs, ts = np.stack([r, r_bad]), np.stack([t, t])
+    keys = jax.random.split(jax.random.key(0), 2)
+    batched = jax.tree.map(lambda x: jnp.stack([x, x]), state)
+    out = jax.jit(jax.vmap(lambda s, a, b, k: E.refit(s, a, b, k, num_batches=200)))(
+        batched, rs, ts, keys
+    )
+    kept = jax.tree.map(lambda x: x[1], out)
+    for f in ("mu", "kappa", "nu", "psi", "rho_hat", "num_fits"):
+        np.testing.assert_array_equal(getattr(kept, f), getattr(state, f))
+    assert not bool(kept.fitted) and bool(out.fitted[0]) and int(out.num_fits[0]) == 2
+
+
+# ----------------------------------------------------------------------------- predictive draws
+
+
+@pytest.mark.parametrize("sampler", ["fast", "numpyro"])
+def test_predictive_moments(sampler):
+    """Draws have mean loc and covariance scale df / (df - 2) within Monte-Carlo error."""
+    state = E.init_state(jnp.float64)
+    r, t = slot_data(11, num_slots=7, corr=0.8)  # few slots: small df = nu - 1 = 9
+    state = update_jit(state, r, t, E.LAM)
+    df, loc, scale, tril = (np.asarray(x) for x in E.predictive_params(state))
+    np.testing.assert_allclose(tril @ tril.T, scale, rtol=1e-12)
+    assert df == 9.0
+    y = np.asarray(
+        draws_jit(state, jax.random.key(3), num_slots=400, num_batches=250, sampler=sampler)
+    )
+    y = y.reshape(-1, 2)
+    n = y.shape[0]
+    cov = scale * df / (df - 2)
+    assert np.all(np.abs(y.mean(0) - loc) < 5 * np.sqrt(np.diag(cov) / n))
+    c = y - loc
+    for i, j in [(0, 0), (0, 1), (1, 1)]:
+        prod = c[:, i] * c[:, j]
+        se = prod.std() / np.sqrt(n)
+        assert abs(prod.mean() - cov[i, j]) < 5 * se, (i, j, prod.mean(), cov[i, j], se)
+
+
+@pytest.mark.parametrize("df", [4.0, 30.0, 182.0])
+def test_fast_chi2_matches_numpyro_in_distribution(df):
+    """Two-sample KS, 200k draws each, different keys (distribution, not seed, equality)."""
+    n = 200_000
+    fast = np.asarray(chi2_jit(jax.random.key(1), jnp.float64(df), shape=(n,)))
+    ref = np.asarray(dist.Chi2(jnp.float64(df)).sample(jax.random.key(2), (n,))) / df
+    assert stats.ks_2samp(fast, ref).pvalue > 0.01
+    # and against the exact law (a wrong shape or scale would fail these at this n)
+    assert stats.kstest(fast, stats.chi2(df, scale=1 / df).cdf).pvalue > 0.01
+    assert abs(fast.mean() - 1.0) < 5 * np.sqrt(2 / df / n)
+
+
+@pytest.mark.parametrize("df", [4.0, 30.0, 182.0])
+def test_fast_student_t_matches_numpyro_in_distribution(df):
+    """Each coordinate and the batch-rate statistic of the fast and numpyro samplers agree."""
+    loc = jnp.array([1.0, -0.5], jnp.float64)
+    tril = jnp.array([[2.0, 0.0], [-0.7, 0.4]], jnp.float64)
+    shape = (2000, 100)
+    fast = np.asarray(mvt_jit(jax.random.key(5), jnp.float64(df), loc, tril, shape=shape))
+    ref = np.asarray(dist.MultivariateStudentT(df, loc, tril).sample(jax.random.key(6), shape))
+    for k in range(2):
+        assert stats.ks_2samp(fast[..., k].ravel(), ref[..., k].ravel()).pvalue > 0.01
+    # the shared chi-square: the radial part |L^-1 (y - loc)|^2 / 2 ~ F(2, df)
+    li = np.linalg.inv(np.asarray(tril))
+    rad = np.einsum("ij,...j->...i", li, fast - np.asarray(loc))
+    f = (rad**2).sum(-1).ravel() / 2
+    assert stats.kstest(f, stats.f(2, df).cdf).pvalue > 0.01
+
+
+def test_gamma_fallback_loop_is_exact(monkeypatch):
+    """With a 1-candidate pool the exact while-loop fallback does the work: law still exact."""
+    monkeypatch.setattr(student_t, "_pool_size", lambda n: 1)
+    g = np.asarray(
+        jax.jit(lambda k: student_t.standard_gamma(k, jnp.float64(1.0), (50_000,)))(
+            jax.random.key(9)
+        )
+    )
+    assert np.all(np.isfinite(g)) and np.all(g > 0)
+    assert stats.kstest(g, stats.gamma(1.0).cdf).pvalue > 0.01
+
+
+@pytest.mark.parametrize("alpha", [0.5, np.inf, np.nan])
+def test_gamma_outside_domain_is_nan_not_a_hang(alpha):
+    g = student_t.standard_gamma(jax.random.key(0), jnp.float64(alpha), (10,))
+    assert np.all(np.isnan(np.asarray(g)))
+
+
+def test_gamma_vmap_equals_unbatched():
+    """Fast sampler under vmap gives each lane the draws it gets alone (threefry keys)."""
+    keys = jax.random.split(jax.random.key(4), 3)
+    alphas = jnp.array([1.5, 15.0, 91.0])
+    f = lambda k, a: student_t.standard_gamma(k, a, (5000,))
+    batched = np.asarray(jax.jit(jax.vmap(f))(keys, alphas))
+    one = jax.jit(f)
+    for i in range(3):
+        np.testing.assert_allclose(batched[i], np.asarray(one(keys[i], alphas[i])), rtol=1e-13)
+
+
+def test_student_t_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="loc"):
+        student_t.multivariate_t(jax.random.key(0), 5.0, jnp.zeros((2, 2)), jnp.eye(2), (3,))
+    with pytest.raises(ValueError, match="scale_tril"):
+        student_t.multivariate_t(jax.random.key(0), 5.0, jnp.zeros(2), jnp.eye(3), (3,))
+
+
+# ----------------------------------------------------------------------------- estimate
+
+
+@pytest.mark.parametrize("sampler", ["fast", "numpyro"])
+def test_estimate_is_numpy_quantile_of_its_draws(sampler):
+    state = fitted_state(seed=20, num_slots=64)
+    key = jax.random.key(12)
+    y = np.asarray(draws_jit(state, key, num_slots=64, num_batches=300, sampler=sampler))
+    ratio = y[..., 0].mean(-1) / np.exp(y[..., 1]).mean(-1)
+    for q in (0.5, 0.95):
+        want = max(0.0, np.quantile(ratio, q))
+        got = estimate_jit(state, key, num_slots=64, num_batches=300, quantile=q, sampler=sampler)
+        np.testing.assert_allclose(float(got), want, rtol=1e-12)
+
+
+def test_fast_and_numpyro_estimates_agree_within_mc_error():
+    """Spread of 8 estimates each; the two means differ by < 5 standard errors."""
+    state = fitted_state(seed=30, num_slots=64, corr=-0.8)
+    keys = jax.random.split(jax.random.key(0), 16)
+    est = {}
+    for sampler, ks in (("fast", keys[:8]), ("numpyro", keys[8:])):
+        f = jax.jit(jax.vmap(lambda k, s=sampler: E.estimate(state, k, 64, 250, 0.95, s)))
+        est[sampler] = np.asarray(f(ks))
+    se = np.sqrt(est["fast"].var(ddof=1) / 8 + est["numpyro"].var(ddof=1) / 8)
+    assert se > 0
+    assert abs(est["fast"].mean() - est["numpyro"].mean()) < 5 * se
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), shift=st.floats(-20.0, 5.0))
+def test_rho_hat_nonnegative(seed, shift):
+    rng = np.random.default_rng(seed)
+    r = rng.normal(shift, 3.0, 32)
+    t = rng.lognormal(0.0, 1.0, 32)
+    state = _refit32(E.init_state(jnp.float64), r, t, jax.random.key(seed))
+    assert float(state.rho_hat) >= 0.0 and np.isfinite(float(state.rho_hat))
+    if shift < -15:  # all rewards negative: every batch rate negative, clipped to exactly 0
+        assert np.all(r < 0) and float(state.rho_hat) == 0.0
+
+
+_refit32 = jax.jit(lambda s, r, t, k: E.refit(s, r, t, k, num_batches=200))
+
+
+def test_jit_vmap_over_states_equals_per_seed():
+    """A vmapped, jitted refit over 4 seeds equals 4 separate refits."""
+    datas = [slot_data(40 + i, num_slots=128, corr=0.8) for i in range(4)]
+    rs, ts = (np.stack(x) for x in zip(*datas, strict=True))
+    states = jax.vmap(lambda _: E.init_state(jnp.float64))(jnp.arange(4))
+    keys = jax.random.split(jax.random.key(1), 4)
+    f = jax.jit(jax.vmap(lambda s, r, t, k: E.refit(s, r, t, k, num_batches=300)))
+    out = f(f(states, rs, ts, keys), rs[::-1], ts[::-1], keys[::-1])
+    for i in range(4):
+        one = refit_jit(E.init_state(jnp.float64), rs[i], ts[i], keys[i], num_batches=300)
+        one = refit_jit(one, rs[3 - i], ts[3 - i], keys[3 - i], num_batches=300)
+        for f_name in ("mu", "kappa", "nu", "psi", "rho_hat"):
+            np.testing.assert_allclose(
+                np.asarray(getattr(out, f_name))[i], np.asarray(getattr(one, f_name)), rtol=1e-12
+            )
+    assert np.all(np.asarray(out.rho_hat) > 0.4) and np.all(np.asarray(out.rho_hat) < 0.7)
+
+
+def test_posterior_mean_rate_closed_form_and_estimator_factory():
+    state = fitted_state(seed=50, num_slots=64)
+    mu, _, nu, psi = posterior(state)
+    want = max(0.0, mu[0] / np.exp(mu[1] + 0.5 * psi[1, 1] / (nu - 3.0)))
+    np.testing.assert_allclose(float(E.posterior_mean_rate(state)), want, rtol=1e-12)
+    r, t = slot_data(52, num_slots=64)
+    key = jax.random.key(2)
+    pm = E.make_niw_estimator(num_slots=64, kind="posterior_mean")
+    got = jax.jit(pm.refit)(state, r, t, key)
+    np.testing.assert_allclose(
+        float(got.rho_hat),
+        float(E.posterior_mean_rate(update_jit(state, r, t, E.LAM))),
+        rtol=1e-12,
+    )
+    q = E.make_niw_estimator(num_slots=64, num_batches=200)
+    got_q = jax.jit(q.refit)(state, r, t, key)
+    want_q = refit_jit(state, r, t, key, num_batches=200)
+    np.testing.assert_allclose(float(got_q.rho_hat), float(want_q.rho_hat), rtol=1e-12)
+    assert q.init().mu.dtype == jnp.float32
+
+
+def test_scan_of_refits_float32():
+    """The estimator runs inside lax.scan in float32 (the bandits' use) and tracks the rate."""
+    est = E.make_niw_estimator(num_slots=64, num_batches=200)
+    r, t = slot_data(60, num_slots=64)
+
+    def step(state, key):
+        state = est.refit(state, jnp.asarray(r, jnp.float32), jnp.asarray(t, jnp.float32), key)
+        return state, state.rho_hat
+
+    keys = jax.random.split(jax.random.key(0), 5)
+    state, rhos = jax.jit(lambda s: jax.lax.scan(step, s, keys))(est.init(jnp.float32))
+    assert state.rho_hat.dtype == jnp.float32 and int(state.num_fits) == 5
+    true_rate = r.sum() / t.sum()
+    assert np.all(np.abs(np.asarray(rhos) - true_rate) < 0.1 * true_rate)
+
+
+def test_bad_inputs_raise_value_error():
+    s = E.init_state(jnp.float64)
+    with pytest.raises(ValueError, match="slot_rewards"):
+        E.update(s, jnp.zeros(3), jnp.ones(4))
+    with pytest.raises(ValueError, match="lam"):
+        E.update(s, jnp.zeros(3), jnp.ones(3), lam=0.0)
+    with pytest.raises(ValueError, match="sampler"):
+        E.estimate(s, jax.random.key(0), 4, sampler="gibbs")
+    with pytest.raises(ValueError, match="quantile"):
+        E.estimate(s, jax.random.key(0), 4, quantile=1.5)
+    with pytest.raises(ValueError, match="num_batches"):
+        E.estimate(s, jax.random.key(0), 4, num_batches=0)
+    with pytest.raises(ValueError, match="kind"):
+        E.make_niw_estimator(kind="robbins")
+    with pytest.raises(ValueError, match="shape"):
+        E.make_niw_estimator(num_slots=8).refit(s, jnp.ones(4), jnp.ones(4), jax.random.key(0))
+    with pytest.raises(ValueError, match="dtype"):
+        E.init_state(jnp.int32)

@@ -1,0 +1,128 @@
+"""Bivariate Student-t draws by radial inverse CDF: exact, rejection-free, and fast under vmap.
+
+The NIW estimator (DESIGN.md section 4) draws ``1000 x 128`` bivariate Student-t vectors per refit,
+every 8 decisions, for every seed. Gamma/chi-square draws (Marsaglia-Tsang) and ``sin``/``cos``
+dominate that cost on CPU; this module avoids both.
+
+Method (exact). A standard bivariate t with ``nu`` degrees of freedom has density proportional
+to ``(1 + |t|^2 / nu)^(-(nu + 2) / 2)``: it is spherically symmetric, so ``t = rad * (cos th,
+sin th)`` with ``th`` uniform and ``rad`` independent of ``th``. In polar coordinates
+``s = rad^2`` has density proportional to ``(1 + s / nu)^(-nu/2 - 1)`` on ``s > 0``, whose CDF is
+``1 - (1 + s / nu)^(-nu / 2)``; inverting it at ``V = 1 - U`` (uniform on ``(0, 1]``) gives
+
+    ``s = nu * (V^(-2/nu) - 1) = nu * expm1(-(2/nu) log V)``
+
+(the bivariate case of Kotz & Nadarajah, "Multivariate t Distributions and Their Applications",
+2004, section 1.2: ``|t|^2 / 2 ~ F(2, nu)``). The direction uses a uniform quadrant
+``q in {0, 1, 2, 3}`` and an angle ``phi`` uniform on ``[-pi/4, pi/4)``; ``q pi/2 + phi`` is
+uniform on the circle. ``cos phi`` and ``sin phi`` are Taylor polynomials whose truncation error
+on ``|phi| <= pi/4`` (below 2e-9 for float32 and 1e-19 for float64) is under the rounding
+error of the dtype. Then ``y = loc + L t`` with ``L L^T = scale``.
+
+Random bits. One ``jax.random.bits`` call (the caller's key, any implementation) draws two
+32-bit words ``k0, k1`` per call; the ``i``-th 32-bit word of the stream is
+``h(h(i xor k0) xor k1)`` with ``h`` the "lowbias32" integer finaliser (C. Wellons, "Prospecting
+for hash functions", 2018: xor-shift-multiply, bijective on 32-bit words, bias ~0.17 of
+an ideal permutation's avalanche). This counter-based stream costs a few integer operations per
+word, against ~60 ns per word for threefry on this CPU. Tests check the draws against
+``scipy.stats.t`` / ``numpyro`` by distribution (Kolmogorov-Smirnov), not by seed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["hash_uniform", "bivariate_t_standard", "bivariate_t"]
+
+
+def _lowbias32(x: jax.Array) -> jax.Array:
+    x = x ^ (x >> 16)
+    x = x * jnp.uint32(0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = x * jnp.uint32(0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def _words(key: jax.Array, n: int) -> jax.Array:
+    """``n`` pseudo-random uint32 words (``n < 2**32``) from one key."""
+    if not 0 < n < 2**32:
+        raise ValueError(f"n must be in 1..2**32-1, got {n}")
+    k = jax.random.bits(key, (2,), jnp.uint32)
+    i = jnp.arange(n, dtype=jnp.uint32)
+    return _lowbias32(_lowbias32(i ^ k[0]) ^ k[1])
+
+
+def hash_uniform(key: jax.Array, n: int, dtype=jnp.float32) -> jax.Array:
+    """``n`` uniforms on ``(0, 1)`` (``(word + 1/2) / 2^32``, clipped below 1), shape ``(n,)``."""
+    w = _words(key, n)
+    u = (w.astype(dtype) + dtype(0.5)) * dtype(2.0**-32)
+    return jnp.minimum(u, dtype(1.0) - jnp.finfo(dtype).epsneg)
+
+
+def _sincos(phi: jax.Array, degree: int) -> tuple[jax.Array, jax.Array]:
+    """Taylor ``(cos phi, sin phi)`` for ``|phi| <= pi/4``; ``degree`` odd (sin) / +1 (cos)."""
+    p2 = phi * phi
+    # Horner from the highest term: sin = phi (1 - p2/(2.3) (1 - p2/(4.5) (...)))
+    s = jnp.ones_like(phi)
+    for k in range(degree, 1, -2):
+        s = 1.0 - p2 / (k * (k - 1)) * s
+    c = jnp.ones_like(phi)
+    for k in range(degree + 1, 0, -2):
+        c = 1.0 - p2 / (k * (k - 1)) * c
+    return c, phi * s
+
+
+def bivariate_t_standard(key: jax.Array, nu: jax.Array, n: int, dtype=None) -> jax.Array:
+    """``n`` i.i.d. standard bivariate Student-t vectors (identity scale, zero location).
+
+    Args:
+      key: ``jax.random`` key.
+      nu: scalar degrees of freedom ``> 0`` (may be traced).
+      n: number of vectors (static, ``2 n < 2**32``).
+      dtype: float dtype (default: ``nu``'s float dtype, else the default float).
+
+    Returns:
+      ``(n, 2)`` array of ``dtype``.
+
+    Source: radial inverse CDF (module docstring), exact up to floating-point rounding.
+    """
+    nu = jnp.asarray(nu)
+    if dtype is None:
+        dtype = nu.dtype if jnp.issubdtype(nu.dtype, jnp.floating) else jnp.zeros(()).dtype
+    dtype = jnp.dtype(dtype).type
+    nu = nu.astype(dtype)
+    w = _words(key, 2 * n)
+    v = (w[:n].astype(dtype) + dtype(0.5)) * dtype(2.0**-32)  # (0, 1]
+    v = jnp.minimum(v, dtype(1.0))
+    s = nu * jnp.expm1(-(2.0 / nu) * jnp.log(v))
+    rad = jnp.sqrt(s)
+    d = w[n:]
+    q = d >> 30  # uniform quadrant
+    frac = ((d & jnp.uint32(0x3FFFFFFF)).astype(dtype) + dtype(0.5)) * dtype(2.0**-30)
+    phi = (frac - dtype(0.5)) * dtype(math.pi / 2)
+    degree = 9 if jnp.finfo(dtype).bits <= 32 else 19
+    c, s_ = _sincos(phi, degree)
+    # rotate (c, s) by q quarter turns
+    x = jnp.where(q == 0, c, jnp.where(q == 1, -s_, jnp.where(q == 2, -c, s_)))
+    y = jnp.where(q == 0, s_, jnp.where(q == 1, c, jnp.where(q == 2, -s_, -c)))
+    return jnp.stack([rad * x, rad * y], axis=-1)
+
+
+def bivariate_t(
+    key: jax.Array, loc: jax.Array, scale: jax.Array, nu: jax.Array, n: int
+) -> jax.Array:
+    """``n`` i.i.d. bivariate Student-t(``nu``, ``loc``, ``scale``) vectors, shape ``(n, 2)``.
+
+    ``loc`` is ``(2,)``, ``scale`` a ``(2, 2)`` symmetric positive-definite scale matrix (the
+    covariance is ``scale * nu / (nu - 2)`` for ``nu > 2``); dtype follows ``loc``.
+    """
+    loc = jnp.asarray(loc)
+    if loc.shape != (2,) or np.shape(scale) != (2, 2):
+        raise ValueError(f"loc must be (2,) and scale (2, 2), got {loc.shape}, {np.shape(scale)}")
+    chol = jnp.linalg.cholesky(jnp.asarray(scale, loc.dtype))
+    t = bivariate_t_standard(key, nu, n, loc.dtype)
+    return loc + t @ chol.T

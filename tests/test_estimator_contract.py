@@ -298,6 +298,29 @@ def test_rho_hat_within_monte_carlo_error_of_scipy(backend):
     assert backend.estimate(state, seed=0, num_slots=128) == got[0]
 
 
+def test_small_sample_predictive_spread(backend):
+    """Few slots (kappa ~ 5, df = 7): the (kappa + 1) / kappa and df factors of the predictive
+    scale move the 0.05..0.95 quantile spread of batch rates by ~10 %; compare with SciPy."""
+    ref, state = RefEstimator(), backend.init()
+    r, t = slot_data(60, num_slots=5, per_slot=1)
+    ref.update(r, t)
+    state = backend.update(state, r, t)
+    df, loc, scale = ref.predictive()
+    assert df == 7.0
+    q = (0.05, 0.95)
+    dist = stats.multivariate_t(loc=loc, shape=scale, df=df)
+    y = dist.rvs(size=16 * 2000 * 5, random_state=3).reshape(16, 2000, 5, 2)
+    ratio = y[..., 0].mean(-1) / np.exp(y[..., 1]).mean(-1)
+    spreads = np.diff(np.quantile(ratio, q, axis=1), axis=0).ravel()
+    got = [
+        backend.estimate(state, seed=s, num_slots=5, num_batches=2000, quantile=q[1])
+        - backend.estimate(state, seed=s, num_slots=5, num_batches=2000, quantile=q[0])
+        for s in range(4)
+    ]
+    se = spreads.std(ddof=1) / np.sqrt(4)
+    assert abs(np.mean(got) - spreads.mean()) < 4 * se, (got, spreads.mean(), se)
+
+
 def test_rho_hat_clipped_at_zero(backend):
     """Negative rewards: every batch rate is negative, so rho_hat is exactly 0 (max(0, q))."""
     r, t = slot_data(2, num_slots=64)

@@ -147,6 +147,18 @@ def test_too_few_usable_keeps_everything_under_vmap():
 # ----------------------------------------------------------------------------- predictive draws
 
 
+def test_predictive_params_closed_form():
+    """df = nu - 1, scale = psi (kappa + 1) / (kappa df) (Murphy 2007, eq. 258), from NumPy."""
+    r, t = slot_data(13, num_slots=6)
+    state = update_jit(E.init_state(jnp.float64), r, t, E.LAM)
+    y = np.stack([r, np.log(t)], axis=1)
+    mu, k, nu, psi = np_niw(first_prior(), y)
+    df, loc, scale, _ = (np.asarray(x) for x in E.predictive_params(state))
+    np.testing.assert_allclose(df, nu - 1.0, **TOL)
+    np.testing.assert_allclose(loc, mu, **TOL)
+    np.testing.assert_allclose(scale, psi * (k + 1) / (k * (nu - 1.0)), **TOL)
+
+
 @pytest.mark.parametrize("sampler", ["fast", "numpyro"])
 def test_predictive_moments(sampler):
     """Draws have mean loc and covariance scale df / (df - 2) within Monte-Carlo error."""
@@ -213,7 +225,9 @@ def test_gamma_fallback_loop_is_exact(monkeypatch):
 
 @pytest.mark.parametrize("alpha", [0.5, np.inf, np.nan])
 def test_gamma_outside_domain_is_nan_not_a_hang(alpha):
-    g = student_t.standard_gamma(jax.random.key(0), jnp.float64(alpha), (10,))
+    g = jax.jit(lambda k, a: student_t.standard_gamma(k, a, (10,)))(
+        jax.random.key(0), jnp.float64(alpha)
+    )
     assert np.all(np.isnan(np.asarray(g)))
 
 

@@ -480,9 +480,9 @@ class Trainer:
             return stored, 0.0
         if stored:
             raise RuntimeError(f"buffer holds a partial step {step} ({len(stored)} samples)")
-        t0 = time.perf_counter()
         codes = [extract_code(text) for text in rollout["texts"]]
         runnable = [i for i, c in enumerate(codes) if c is not None]
+        t0 = time.perf_counter()
         outcomes = self.backends.run_batch(
             [codes[i] for i in runnable],
             self.comp,
@@ -490,6 +490,7 @@ class Trainer:
             float(self.cfg.timeout_s),
             self.executor,
         )
+        exec_seconds = time.perf_counter() - t0
         by_row = dict(zip(runnable, outcomes, strict=True))
         now = time.time()
         samples = []
@@ -519,7 +520,7 @@ class Trainer:
                 )
         self.buffer.add_many(samples)
         self.on_stage(step, "stored")
-        return self._samples(step), time.perf_counter() - t0
+        return self._samples(step), exec_seconds
 
     def step(self, step: int) -> StepRecord:
         """Run training step ``step`` (idempotent stages, see the module docstring)."""
@@ -564,12 +565,13 @@ class Trainer:
             replayed=replayed,
             ppo=ppo_stats,
         )
-        rec.step_seconds = time.perf_counter() - t_start
-        self.folder.append_metrics(rec.flat())
         for k, v in rec.flat().items():
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
                 self.tb.add_scalar(k, v, step)
+        rec.step_seconds = time.perf_counter() - t_start
+        self.tb.add_scalar("step_seconds", rec.step_seconds, step)
         self.tb.flush()
+        self.folder.append_metrics(rec.flat())
         log.info("step %d: %s", step, json.dumps(rec.flat(), default=float))
         return rec
 

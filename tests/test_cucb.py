@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from rpg_jax import rates
 from rpg_jax.agents.cucb import CUCBHyper, cucb_index, make_cucb, theory_constants
+from rpg_jax.agents.cucb_fast import best_policy_exact, lambda_exact_fast
 from rpg_jax.agents.cucb_lambda import (
     LAMBDA_FLOOR,
     best_policy_bruteforce,
@@ -46,6 +47,29 @@ def _random_stats(rng, C, A, max_count=50, p_zero=0.2):
     dbar = rng.uniform(0.3, 3.0, size=(C, A))
     sr = n * rbar * rng.uniform(0.7, 1.3, size=(C, A))
     sd = n * dbar * rng.uniform(0.8, 1.2, size=(C, A))
+    return n.astype(np.int32), sr, sd
+
+
+def _all_values(n, sr, sd, c):
+    """f(u) of every policy, shape (A,) * C, by NumPy broadcasting (-inf where T_u = 0)."""
+    C, A = n.shape
+    R = D = T = 0.0
+    for x in range(C):
+        shape = (1,) * x + (A,) + (1,) * (C - x - 1)
+        R, D, T = R + sr[x].reshape(shape), D + sd[x].reshape(shape), T + n[x].reshape(shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(T > 0, R / D - c / np.sqrt(T), -np.inf)
+
+
+def _concentrated_stats(rng, C, A):
+    """Statistics like a late C-UCB run: one dominant arm per context, few pulls elsewhere."""
+    n = rng.integers(0, 25, size=(C, A))
+    n[np.arange(C), rng.integers(0, A, size=C)] = rng.integers(200, 5000, size=C)
+    rbar = rng.uniform(0.0, 1.5, size=(C, A))
+    dbar = rng.uniform(0.35, 3.0, size=(C, A))
+    sr = n * rbar + np.sqrt(n) * 0.2 * rng.standard_normal((C, A))
+    sd = n * dbar * rng.uniform(0.95, 1.05, size=(C, A))
+    sr = np.where(n > 0, np.maximum(sr, 0.0), 0.0)
     return n.astype(np.int32), sr, sd
 
 
@@ -105,6 +129,88 @@ def test_bruteforce_lambda_matches_itertools(seed, C, A, c):
         assert R / D - c / math.sqrt(T) == pytest.approx(float(value), rel=1e-12, abs=1e-12)
     # the NumPy reference enumeration agrees too (float64 here)
     assert lambda_numpy(n, sr, sd, c, np.float64) == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+_fast_jit = jax.jit(best_policy_exact)
+_brute_jit = jax.jit(best_policy_bruteforce)
+
+
+def _check_fast_equals_brute(n, sr, sd, c, u_prev):
+    args = (jnp.asarray(n), jnp.asarray(sr), jnp.asarray(sd), jnp.asarray(c, jnp.float64))
+    v_b, _ = _brute_jit(*args)
+    v_f, u_f = _fast_jit(*args, jnp.asarray(u_prev, jnp.int32))
+    lam_b, lam_f = max(float(v_b), LAMBDA_FLOOR), max(float(v_f), LAMBDA_FLOOR)
+    assert lam_f == pytest.approx(lam_b, rel=1e-9, abs=1e-12)
+    if float(v_f) > -np.inf:  # the returned policy attains the returned value
+        u = np.asarray(u_f)
+        rows = np.arange(n.shape[0])
+        R, D, T = sr[rows, u].sum(), sd[rows, u].sum(), n[rows, u].sum()
+        assert R / D - c / math.sqrt(T) == pytest.approx(float(v_f), rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    shape=st.sampled_from([(1, 3), (2, 5), (3, 5), (4, 3), (4, 6), (5, 3)]),
+    c=st.sampled_from([0.0, 0.02, 0.3, 2.0, 50.0]),
+    concentrated=st.booleans(),
+)
+def test_fast_exact_lambda_equals_bruteforce_random(seed, shape, c, concentrated):
+    rng = np.random.default_rng(seed)
+    C, A = shape
+    make = _concentrated_stats if concentrated else _random_stats
+    n, sr, sd = make(rng, C, A)
+    _check_fast_equals_brute(n, sr, sd, c, rng.integers(0, A, size=C))  # cold incumbent
+    # near-optimal incumbents (as in the agent, whose incumbent is the last maximiser): the
+    # certificates, not the incumbent, must then find the better policies
+    vals = _all_values(n, sr, sd, c)
+    order = np.argsort(-vals, axis=None, kind="stable")
+    for rank in (0, 1, 3):
+        if rank < order.size:
+            u = np.array(np.unravel_index(order[rank], vals.shape))
+            _check_fast_equals_brute(n, sr, sd, c, u)
+
+
+def test_fast_exact_lambda_equals_bruteforce_along_trajectory():
+    """At every decision of a real C-UCB run (K = 7, |X| = 4) the branch and bound, warm
+    started from the previous maximiser as in the agent, gives the brute-force lambda."""
+    C, A, n_steps = 4, 8, 1500
+    rng = np.random.default_rng(4)
+    rbar = rng.uniform(0.1, 1.5, size=(C, A))
+    dbar = rng.uniform(0.4, 3.0, size=(C, A))
+    agent = make_cucb(C, A, bruteforce=True)
+    hyper = CUCBHyper(jnp.float64(0.05), jnp.float64(0.02))
+    sample = _gauss_sampler(rbar, dbar)
+    log1p_u = log1p_int_power(A, C)
+
+    def step(carry, k):
+        state, u_prev = carry
+        kx, ka, ke, ku = jax.random.split(k, 4)
+        x = jax.random.randint(kx, (), 0, C)
+        a = agent.act(state, hyper, x, ka)
+        r, d = sample(ke, x, a)
+        state = agent.update(state, hyper, x, a, r, d, ku)
+        L = jnp.log(jnp.maximum(state.t + 1.0, 2.0)) + 0.5 * log1p_u
+        c = jnp.sqrt(2.0 * hyper.c1 * L)
+        v_f, u_f = best_policy_exact(state.n, state.sum_r, state.sum_d, c, u_prev)
+        lam_f = jnp.maximum(v_f, LAMBDA_FLOOR)
+        return (state, u_f), (lam_f, state.lam)
+
+    state0 = agent.init(hyper, jax.random.key(0))
+    keys = jax.random.split(jax.random.key(5), n_steps)
+    _, (lam_f, lam_b) = jax.jit(lambda s: jax.lax.scan(step, (s, s.u_best), keys))(state0)
+    lam_f, lam_b = np.asarray(lam_f), np.asarray(lam_b)
+    assert np.all(lam_b[200:] > 1e-6)  # the clip is not what is being compared
+    np.testing.assert_allclose(lam_f, lam_b, rtol=1e-9, atol=1e-12)
+
+
+def test_lambda_exact_fast_wrapper():
+    rng = np.random.default_rng(2)
+    n, sr, sd = _concentrated_stats(rng, 4, 5)
+    args = (jnp.asarray(n), jnp.asarray(sr), jnp.asarray(sd), 0.1, 12.0)
+    assert float(lambda_exact_fast(*args)) == pytest.approx(
+        float(lambda_exact_bruteforce(*args)), rel=1e-12
+    )
 
 
 def test_lambda_floor_and_untried():

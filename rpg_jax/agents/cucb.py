@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rpg_jax.agents.base import Agent
+from rpg_jax.agents.cucb_fast import best_policy_exact
 from rpg_jax.agents.cucb_lambda import (
     LAMBDA_FLOOR,
     best_policy_bruteforce,
@@ -184,7 +185,11 @@ def make_cucb(
     log1p_u = log1p_int_power(A, C)
     log1p_lam = log1p_u if exact else math.log1p(M)
 
-    if exact:
+    if exact and not bruteforce:
+
+        def best(n, sr, sd, c, u_prev, key):
+            return best_policy_exact(n, sr, sd, c, u_prev)
+    elif exact:
 
         def best(n, sr, sd, c, u_prev, key):
             return best_policy_bruteforce(n, sr, sd, c)

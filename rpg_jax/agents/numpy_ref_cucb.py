@@ -2,7 +2,8 @@
 
 A direct, one-decision-at-a-time loop written the way the authors' NumPy code is described
 (DESIGN.md sections 5 and 8): at every decision ``lambda_t`` is the maximum over ALL ``A**C``
-deterministic policies, enumerated in full by broadcasting (float32 by default), or over ``M``
+deterministic policies, enumerated in full (joint sums of each half of the contexts, then every
+pair, float32 by default), or over ``M``
 sampled policies for the sampled variant. Same semantics, time index and tie-breaking as
 ``rpg_jax.agents.cucb`` (see its module docstring); with the same ``(x, r, delta)`` stream and the
 same dtype the exact variants take the same actions. Never used inside JAX code.
@@ -48,17 +49,31 @@ def lambda_numpy(
     C, A = n.shape
     sr, sd, nf = (np.asarray(v, dtype=dtype) for v in (sum_r, sum_d, n))
     if policies is None:
-        R = np.zeros((1,) * C, dtype)
-        D = np.zeros((1,) * C, dtype)
-        T = np.zeros((1,) * C, dtype)
-        for x in range(C):
-            shape = (1,) * x + (A,) + (1,) * (C - x - 1)
-            R = R + sr[x].reshape(shape)
-            D = D + sd[x].reshape(shape)
-            T = T + nf[x].reshape(shape)
-    else:
-        rows = np.arange(C)[None, :]
-        R, D, T = (v[rows, policies].sum(axis=1) for v in (sr, sd, nf))
+        # all policies: joint sums of each half of the contexts, then every pair (in place)
+        h = (C + 1) // 2
+
+        def half(ctx):
+            out = []
+            for v in (sr, sd, nf):
+                acc = np.zeros(1, dtype)
+                for x in ctx:
+                    acc = np.add.outer(acc, v[x]).ravel()
+                out.append(acc)
+            return out
+
+        (Rp, Dp, Tp), (Rq, Dq, Tq) = half(range(h)), half(range(h, C))
+        if Tp.max() + Tq.max() <= 0:
+            return LAMBDA_FLOOR
+        T = np.add.outer(Tp, Tq)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vals = np.add.outer(Rp, Rq)
+            vals /= np.add.outer(Dp, Dq)
+            np.sqrt(T, out=T)
+            np.divide(dtype(c), T, out=T)
+            vals -= T  # T_u = 0 gives nan (0/0 - inf) or -inf: never the maximum
+        return max(float(np.nanmax(vals)), LAMBDA_FLOOR)
+    rows = np.arange(C)[None, :]
+    R, D, T = (v[rows, policies].sum(axis=1) for v in (sr, sd, nf))
     ok = T > 0
     if not np.any(ok):
         return LAMBDA_FLOOR

@@ -40,6 +40,7 @@ __all__ = [
     "NUM_BATCHES",
     "QUANTILE",
     "SAMPLERS",
+    "CHUNK_BATCHES",
     "NIWState",
     "init_state",
     "slot_vectors",
@@ -67,6 +68,10 @@ NUM_SLOTS = 128  # slots in the reference (the slot count is the caller's array 
 NUM_BATCHES = 1000  # synthetic batches M drawn per estimate
 QUANTILE = 0.95  # quantile of the per-batch rate
 SAMPLERS = ("fast", "numpyro")
+# Synthetic batches are drawn CHUNK_BATCHES at a time inside a lax.scan: under a wide vmap over
+# seeds this keeps the working set in cache (measured ~1.3-1.5x faster at 64 seeds than one
+# (M, S) draw; benchmarks/estimator_sampler.py). The law of the estimate does not depend on it.
+CHUNK_BATCHES = 50
 
 
 class NIWState(NamedTuple):
@@ -289,6 +294,26 @@ def _check_sampling(num_slots, num_batches, quantile, sampler) -> None:
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
 
 
+def _chunking(num_batches: int) -> tuple[int, int]:
+    """(number of chunks k, batches per chunk c) with k c >= num_batches, c <= CHUNK_BATCHES."""
+    k = -(-num_batches // CHUNK_BATCHES)
+    return k, -(-num_batches // k)
+
+
+def _chunk_draws(state: NIWState, key: jax.Array, shape: tuple[int, int], sampler: str):
+    df, loc, _, scale_tril = predictive_params(state)
+    if sampler == "fast":
+        return student_t.multivariate_t(key, df, loc, scale_tril, shape)
+    import numpyro.distributions as dist
+
+    return dist.MultivariateStudentT(df, loc, scale_tril).sample(key, shape)
+
+
+def _batch_rates(draws: jax.Array) -> jax.Array:
+    """Per-batch rate ``mean(r) / mean(exp(t))`` of draws ``(..., S, 2)`` -> ``(...)``."""
+    return jnp.mean(draws[..., 0], axis=-1) / jnp.mean(jnp.exp(draws[..., 1]), axis=-1)
+
+
 def predictive_draws(
     state: NIWState,
     key: jax.Array,
@@ -297,6 +322,9 @@ def predictive_draws(
     sampler: str = "fast",
 ) -> jax.Array:
     """Draw ``num_batches`` synthetic batches of ``num_slots`` slot vectors from the predictive.
+
+    These are exactly the draws :func:`estimate` uses for the same ``key`` (batches are drawn
+    ``CHUNK_BATCHES`` at a time, chunk ``i`` from ``jax.random.split(key, k)[i]``).
 
     Args:
       state: :class:`NIWState` (predictive from :func:`predictive_params`; needs ``nu > 3``).
@@ -313,13 +341,10 @@ def predictive_draws(
       ValueError: on a non-positive ``num_slots`` / ``num_batches`` or an unknown ``sampler``.
     """
     _check_sampling(num_slots, num_batches, 0.5, sampler)
-    df, loc, _, scale_tril = predictive_params(state)
-    shape = (num_batches, num_slots)
-    if sampler == "fast":
-        return student_t.multivariate_t(key, df, loc, scale_tril, shape)
-    import numpyro.distributions as dist
-
-    return dist.MultivariateStudentT(df, loc, scale_tril).sample(key, shape)
+    k, c = _chunking(num_batches)
+    keys = jax.random.split(key, k)
+    draws = jax.lax.map(lambda kc: _chunk_draws(state, kc, (c, num_slots), sampler), keys)
+    return draws.reshape(k * c, num_slots, D)[:num_batches]
 
 
 def rate_quantile(draws: jax.Array, quantile=QUANTILE) -> jax.Array:
@@ -339,8 +364,7 @@ def rate_quantile(draws: jax.Array, quantile=QUANTILE) -> jax.Array:
         raise ValueError(f"draws must have shape (M, S, {D}), got {jnp.shape(draws)}")
     if isinstance(quantile, int | float) and not 0.0 <= quantile <= 1.0:
         raise ValueError(f"quantile must lie in [0, 1], got {quantile}")
-    ratio = jnp.mean(draws[..., 0], axis=-1) / jnp.mean(jnp.exp(draws[..., 1]), axis=-1)
-    return jnp.maximum(jnp.quantile(ratio, quantile), 0.0)
+    return jnp.maximum(jnp.quantile(_batch_rates(draws), quantile), 0.0)
 
 
 def estimate(
@@ -376,9 +400,15 @@ def estimate(
     """
     _check_sampling(num_slots, num_batches, quantile, sampler)
 
+    k, c = _chunking(num_batches)
+
+    def chunk(_, kc):  # same per-chunk draws as predictive_draws, only the rates are kept
+        return None, _batch_rates(_chunk_draws(state, kc, (c, num_slots), sampler))
+
     def fit(_):
-        draws = predictive_draws(state, key, num_slots, num_batches, sampler)
-        return rate_quantile(draws, quantile).astype(state.rho_hat.dtype)
+        _, rates = jax.lax.scan(chunk, None, jax.random.split(key, k))
+        rho = jnp.maximum(jnp.quantile(rates.reshape(-1)[:num_batches], quantile), 0.0)
+        return rho.astype(state.rho_hat.dtype)
 
     return jax.lax.cond(state.fitted, fit, lambda _: state.rho_hat, None)
 

@@ -256,12 +256,14 @@ def test_student_t_rejects_bad_shapes():
 def test_estimate_is_numpy_quantile_of_its_draws(sampler):
     state = fitted_state(seed=20, num_slots=64)
     key = jax.random.key(12)
-    y = np.asarray(draws_jit(state, key, num_slots=64, num_batches=300, sampler=sampler))
-    ratio = y[..., 0].mean(-1) / np.exp(y[..., 1]).mean(-1)
-    for q in (0.5, 0.95):
-        want = max(0.0, np.quantile(ratio, q))
-        got = estimate_jit(state, key, num_slots=64, num_batches=300, quantile=q, sampler=sampler)
-        np.testing.assert_allclose(float(got), want, rtol=1e-12)
+    for m in (300, 101):  # 101: chunks of 34, the last batch dropped
+        y = np.asarray(draws_jit(state, key, num_slots=64, num_batches=m, sampler=sampler))
+        assert y.shape == (m, 64, 2)
+        ratio = y[..., 0].mean(-1) / np.exp(y[..., 1]).mean(-1)
+        for q in (0.5, 0.95):
+            want = max(0.0, np.quantile(ratio, q))
+            got = estimate_jit(state, key, num_slots=64, num_batches=m, quantile=q, sampler=sampler)
+            np.testing.assert_allclose(float(got), want, rtol=1e-12)
 
 
 def test_fast_and_numpyro_estimates_agree_within_mc_error():

@@ -303,12 +303,16 @@ def test_jax_agent_matches_numpy_reference_action_by_action():
         assert len(set(np.asarray(state.n).ravel().tolist())) > 3  # the agent did explore
 
 
-def test_pseudo_regret_per_step_falls_on_easy_instance():
+@pytest.mark.parametrize("variant", ["exact", "sampled"])
+def test_pseudo_regret_per_step_falls_on_easy_instance(variant):
     C, A = 2, 3
     rbar = np.array([[1.0, 0.3, 0.0], [0.8, 0.2, 0.0]])
     dbar = np.array([[1.0, 1.0, 0.35], [1.0, 2.0, 0.35]])
     gap = rates.gaps(np.full(C, 0.5), rbar, dbar)
-    agent = make_cucb(C, A, bruteforce=True)
+    if variant == "exact":
+        agent = make_cucb(C, A)
+    else:
+        agent = make_cucb(C, A, exact=False, num_sampled_policies=64)
     hyper = CUCBHyper(jnp.float64(0.1), jnp.float64(0.1))
     n_steps, seeds = 3000, 8
     run = jax.jit(jax.vmap(lambda k: _run_jax(agent, hyper, rbar, dbar, k, n_steps)))

@@ -161,9 +161,14 @@ def best_policy_sampled(
     """
     C, A = n.shape
     tried = n > 0
-    any_tried = jnp.any(tried, axis=1, keepdims=True)
-    logits = jnp.where(tried | ~any_tried, 0.0, -jnp.inf).astype(sum_r.dtype)
-    u = jax.random.categorical(key, logits, axis=-1, shape=(num, C)).astype(jnp.int32)
+    cum = jnp.cumsum(tried, axis=1)  # (C, A): number of tried actions up to a
+    k = cum[:, -1]  # tried actions per context
+    # rank r uniform in [0, k_x), then the action holding that rank: O(M C log A), not O(M C A)
+    r = jax.random.randint(key, (num, C), 0, jnp.maximum(k, 1)[None, :])
+    u = jax.vmap(lambda cx, rx: jnp.searchsorted(cx, rx, side="right"), in_axes=(0, 1), out_axes=1)(
+        cum, r
+    )
+    u = jnp.minimum(u, A - 1).astype(jnp.int32)  # contexts with nothing tried: any (zero) entry
     rows = jnp.arange(C)[None, :]
     R = jnp.sum(sum_r[rows, u], axis=1)
     D = jnp.sum(sum_d[rows, u], axis=1)

@@ -74,6 +74,9 @@ class LoopConfig:
         gen_batch_size: prompts per ``generate`` call (None: all).
         data_root: competitions folder (None: the tasks default).
         device: torch device (None: cuda if available, else cpu).
+        cpu_threads: torch threads on a CPU (None: torch's default). One thread was 4-5x faster
+            than two for both decoding and the PPO step on the shared 2-core machine
+            (benchmarks/RESULTS.md): the many small ops make thread barriers dominate.
         run_name: label stored with each sample (default: ``<method>-seed<seed>``).
         ppo: :class:`rpg_llm.ppo.PPOConfig` fields.
     """
@@ -102,6 +105,7 @@ class LoopConfig:
     gen_batch_size: int | None = None
     data_root: str | None = None
     device: str | None = None
+    cpu_threads: int | None = 1
     run_name: str | None = None
     ppo: dict[str, Any] = field(default_factory=dict)
 
@@ -308,6 +312,8 @@ class Trainer:
         log.info("run %s: %s", self.folder.root, json.dumps(asdict(cfg), default=str))
         t0 = time.perf_counter()
         self.policy = load_policy(cfg.model, device=cfg.device)
+        if self.policy.device.type == "cpu" and cfg.cpu_threads:
+            torch.set_num_threads(cfg.cpu_threads)
         torch.manual_seed(cfg.seed)
         self.ppo = PPOTrainer(self.policy.model, PPOConfig(**cfg.ppo))
         log.info("policy %s loaded in %.1f s", self.policy.path, time.perf_counter() - t0)
@@ -460,6 +466,7 @@ class Trainer:
             seed=self.cfg.seed * 1_000_003 + step,
             model=self.ppo.policy,
             batch_size=self.cfg.gen_batch_size,
+            cpu_threads=self.cfg.cpu_threads,
         )
         rollout = {
             "step": step,

@@ -355,6 +355,7 @@ def generate(
     seed: int | None = None,
     model: Any | None = None,
     batch_size: int | None = None,
+    cpu_threads: int | None = 1,
 ) -> Generation:
     """Sample one response per query (left-padded batches, nucleus + top-k sampling).
 
@@ -366,6 +367,10 @@ def generate(
         seed: seeds torch's RNG first (same seed, same samples on the same device).
         model: the model to sample from (e.g. the PPO actor); default ``policy.model``.
         batch_size: queries per ``generate`` call (None: all at once).
+        cpu_threads: torch threads while decoding on a CPU (None: leave as is). Decoding is
+            many small ops, and on a shared CPU the thread barriers between them dominate: one
+            thread was 5x faster in wall time (10x in CPU time) than two on the 2-core machine
+            under load.
 
     Raises:
         ValueError: empty ``query_ids`` or ``max_new_tokens < 1``.
@@ -382,32 +387,38 @@ def generate(
     pad = tok.pad_token_id
     was_training = model.training
     model.eval()
+    threads = torch.get_num_threads()
+    if cpu_threads is not None and policy.device.type == "cpu":
+        torch.set_num_threads(cpu_threads)
     start = time.perf_counter()
-    responses: list[list[int]] = []
-    bs = batch_size or len(query_ids)
-    for lo in range(0, len(query_ids), bs):
-        chunk = query_ids[lo : lo + bs]
-        width = max(len(q) for q in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for i, q in enumerate(chunk):
-            ids[i, width - len(q) :] = torch.tensor(q)
-            mask[i, width - len(q) :] = 1
-        with _full_params(model):
-            out = model.generate(
-                input_ids=ids.to(policy.device),
-                attention_mask=mask.to(policy.device),
-                do_sample=True,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=pad,
-                eos_token_id=eos,
-            )
-        for row in out[:, width:].tolist():
-            cut = row.index(eos) + 1 if eos in row else len(row)
-            responses.append(row[: max(cut, 1)])
+    try:
+        responses: list[list[int]] = []
+        bs = batch_size or len(query_ids)
+        for lo in range(0, len(query_ids), bs):
+            chunk = query_ids[lo : lo + bs]
+            width = max(len(q) for q in chunk)
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for i, q in enumerate(chunk):
+                ids[i, width - len(q) :] = torch.tensor(q)
+                mask[i, width - len(q) :] = 1
+            with _full_params(model):
+                out = model.generate(
+                    input_ids=ids.to(policy.device),
+                    attention_mask=mask.to(policy.device),
+                    do_sample=True,
+                    temperature=temperature,
+                    top_k=top_k,
+                    top_p=top_p,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=pad,
+                    eos_token_id=eos,
+                )
+            for row in out[:, width:].tolist():
+                cut = row.index(eos) + 1 if eos in row else len(row)
+                responses.append(row[: max(cut, 1)])
+    finally:
+        torch.set_num_threads(threads)
     seconds = time.perf_counter() - start
     if was_training:
         model.train()

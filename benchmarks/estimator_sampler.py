@@ -8,7 +8,7 @@ repeats of wall time per call divided by the number of seeds, and the ratio nump
 Usage::
 
     python benchmarks/estimator_sampler.py [--seeds 64 256] [--repeats 3] [--dtype float32]
-        [--impl threefry2x32 rbg unsafe_rbg]
+        [--impl threefry2x32 rbg unsafe_rbg] [--chunk 50]
 
 ``--impl`` also times the fast sampler with other ``jax.random`` key implementations (the key
 passed to ``refit``). Note: under ``vmap`` the ``rbg`` / ``unsafe_rbg`` implementations draw all
@@ -34,10 +34,14 @@ def _parse(argv):
     ap.add_argument("--batches", type=int, default=1000)
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     ap.add_argument("--impl", nargs="+", default=["threefry2x32"])
+    ap.add_argument("--chunk", type=int, default=None, help="chunk_batches (default: module's)")
     ap.add_argument("--skip-numpyro", action="store_true", help="time the fast sampler only")
     args = ap.parse_args(argv)
-    if min(args.seeds) < 1 or args.repeats < 1 or args.slots < 2 or args.batches < 1:
-        ap.exit(2, "estimator_sampler: --seeds, --repeats, --batches >= 1 and --slots >= 2\n")
+    bad_chunk = args.chunk is not None and args.chunk < 1
+    if min(args.seeds) < 1 or args.repeats < 1 or args.slots < 2 or args.batches < 1 or bad_chunk:
+        ap.exit(
+            2, "estimator_sampler: --seeds, --repeats, --batches, --chunk >= 1 and --slots >= 2\n"
+        )
     return args
 
 
@@ -52,9 +56,10 @@ def main(argv=None) -> None:
     from rpg_jax import estimator as E
 
     dtype = jnp.dtype(args.dtype)
+    chunk = args.chunk or E.CHUNK_BATCHES
     s, m = args.slots, args.batches
     rng = np.random.default_rng(0)
-    print(f"devices={jax.devices()} dtype={args.dtype} S={s} M={m} repeats={args.repeats}")
+    print(f"devices={jax.devices()} dtype={args.dtype} S={s} M={m} chunk_batches={chunk}")
     print(f"{'seeds':>6} {'sampler':>8} {'key impl':>13} {'ms/refit/seed':>14} {'vs fast':>8}")
     for b in args.seeds:
         r = rng.normal(0.6, 0.2, (b, s, 8)).clip(0).sum(-1).astype(dtype)
@@ -70,7 +75,11 @@ def main(argv=None) -> None:
         for sampler, impl in cases:
             keys = jax.random.split(jax.random.key(1, impl=impl), b)
             f = jax.jit(
-                jax.vmap(lambda st, a, c, k, smp=sampler: E.refit(st, a, c, k, m, sampler=smp))
+                jax.vmap(
+                    lambda st, a, c, k, smp=sampler: E.refit(
+                        st, a, c, k, m, sampler=smp, chunk_batches=chunk
+                    )
+                )
             )
             jax.block_until_ready(f(init, r, t, keys))  # compile + warm up
             runs[(sampler, impl)] = (f, keys, [])

@@ -53,8 +53,9 @@ def assert_post(state, ref, tol=TOL):
 
 
 update_jit = jax.jit(E.update)
-estimate_jit = jax.jit(E.estimate, static_argnames=("num_slots", "num_batches", "sampler"))
-draws_jit = jax.jit(E.predictive_draws, static_argnames=("num_slots", "num_batches", "sampler"))
+_STATIC = ("num_slots", "num_batches", "sampler", "chunk_batches")
+estimate_jit = jax.jit(E.estimate, static_argnames=_STATIC)
+draws_jit = jax.jit(E.predictive_draws, static_argnames=_STATIC)
 refit_jit = jax.jit(E.refit, static_argnames=("num_batches", "sampler"))
 chi2_jit = jax.jit(student_t.chi2_over_df, static_argnames=("shape",))
 mvt_jit = jax.jit(student_t.multivariate_t, static_argnames=("shape",))
@@ -256,13 +257,15 @@ def test_student_t_rejects_bad_shapes():
 def test_estimate_is_numpy_quantile_of_its_draws(sampler):
     state = fitted_state(seed=20, num_slots=64)
     key = jax.random.key(12)
-    for m in (300, 101):  # 101: chunks of 34, the last batch dropped
-        y = np.asarray(draws_jit(state, key, num_slots=64, num_batches=m, sampler=sampler))
+    # 101 batches: 3 chunks of 34 (last batch dropped); chunk_batches=7: 15 chunks of 7
+    for m, ch in ((300, E.CHUNK_BATCHES), (101, E.CHUNK_BATCHES), (101, 7)):
+        kw = {"num_slots": 64, "num_batches": m, "sampler": sampler, "chunk_batches": ch}
+        y = np.asarray(draws_jit(state, key, **kw))
         assert y.shape == (m, 64, 2)
         ratio = y[..., 0].mean(-1) / np.exp(y[..., 1]).mean(-1)
         for q in (0.5, 0.95):
             want = max(0.0, np.quantile(ratio, q))
-            got = estimate_jit(state, key, num_slots=64, num_batches=m, quantile=q, sampler=sampler)
+            got = estimate_jit(state, key, quantile=q, **kw)
             np.testing.assert_allclose(float(got), want, rtol=1e-12)
 
 
@@ -361,6 +364,8 @@ def test_bad_inputs_raise_value_error():
         E.estimate(s, jax.random.key(0), 4, quantile=1.5)
     with pytest.raises(ValueError, match="num_batches"):
         E.estimate(s, jax.random.key(0), 4, num_batches=0)
+    with pytest.raises(ValueError, match="chunk_batches"):
+        E.estimate(s, jax.random.key(0), 4, chunk_batches=0)
     with pytest.raises(ValueError, match="kind"):
         E.make_niw_estimator(kind="robbins")
     with pytest.raises(ValueError, match="shape"):

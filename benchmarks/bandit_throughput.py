@@ -21,8 +21,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 
-jax.config.update("jax_num_cpu_devices", 2)
-jax.config.update("jax_enable_x64", True)
+from rpg_jax.config import setup_jax  # noqa: E402
+
+setup_jax()
 
 import numpy as np  # noqa: E402
 

@@ -125,9 +125,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> Path:
     """Run every cell, write CSV + curves + figure; returns the output folder."""
-    import jax
 
-    jax.config.update("jax_enable_x64", True)
+    from rpg_jax.config import setup_jax
+
+    setup_jax()
     import numpy as np
     from tqdm import tqdm
 

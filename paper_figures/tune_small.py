@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import jax
 
-    jax.config.update("jax_enable_x64", True)
+    from rpg_jax.config import setup_jax
+
+    setup_jax()
     import numpy as np
     from tqdm import tqdm
 

@@ -70,7 +70,7 @@ QUANTILE = 0.95  # quantile of the per-batch rate
 SAMPLERS = ("fast", "numpyro")
 # Synthetic batches are drawn CHUNK_BATCHES at a time inside a lax.scan: under a wide vmap over
 # seeds this keeps the working set in cache (measured ~1.3-1.5x faster at 64 seeds than one
-# (M, S) draw; benchmarks/estimator_sampler.py). The law of the estimate does not depend on it.
+# (M, S) draw, on a loaded 2-core CPU). The law of the estimate does not depend on it.
 CHUNK_BATCHES = 50
 
 
@@ -337,8 +337,8 @@ def predictive_draws(
       num_batches: batches ``M`` (static).
       sampler: ``"fast"`` (:func:`rpg_jax.student_t.multivariate_t`, default) or ``"numpyro"``
         (``numpyro.distributions.MultivariateStudentT``; same law, slower under ``vmap``).
-      chunk_batches: batches drawn per ``lax.scan`` step (static; speed only: smaller is
-        faster under a wide ``vmap``, e.g. 10 at 256 seeds, 50 at <= 64 seeds).
+      chunk_batches: batches drawn per ``lax.scan`` step (static; speed only, the law of the
+        estimate does not depend on it; tune with ``benchmarks/estimator_sampler.py --chunk``).
 
     Returns:
       Draws of ``y = (reward sum, log time sum)``, shape ``(num_batches, num_slots, 2)``.

@@ -171,6 +171,23 @@ def test_fast_exact_lambda_equals_bruteforce_random(seed, shape, c, concentrated
             _check_fast_equals_brute(n, sr, sd, c, u)
 
 
+def test_fast_exact_lambda_float32_matches_float64_bruteforce():
+    """In float32 (the simulator's default) the branch and bound stays within float32 rounding."""
+    rng = np.random.default_rng(8)
+    fast32 = jax.jit(best_policy_exact)
+    for _ in range(20):
+        n, sr, sd = _concentrated_stats(rng, 4, 6)
+        c = float(rng.choice([0.02, 0.3, 2.0]))
+        args = (jnp.asarray(n), jnp.asarray(sr), jnp.asarray(sd), jnp.asarray(c))
+        vals = _all_values(n, sr, sd, c)
+        u_near = np.array(np.unravel_index(np.argsort(-vals, axis=None)[2], vals.shape))
+        v64, _ = _brute_jit(*args)
+        v32, _ = fast32(args[0], *(a.astype(jnp.float32) for a in args[1:]), u_near)
+        assert max(float(v32), LAMBDA_FLOOR) == pytest.approx(
+            max(float(v64), LAMBDA_FLOOR), rel=2e-5
+        )
+
+
 def test_fast_exact_lambda_equals_bruteforce_along_trajectory():
     """At every decision of a real C-UCB run (K = 7, |X| = 4) the branch and bound, warm
     started from the previous maximiser as in the agent, gives the brute-force lambda."""

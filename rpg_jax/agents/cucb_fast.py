@@ -174,82 +174,97 @@ def best_policy_exact(
     v0 = policy_value(Rp[i0] + Rq[j0], Dp[i0] + Dq[j0], Tp[i0] + Tq[j0], c)
     lb = jnp.maximum(v0, jnp.asarray(LAMBDA_FLOOR, dtype))
 
-    bp, bq = _block_size(Rp.shape[0]), _block_size(Rq.shape[0])
-    op, RpB, DpB, TpB, tmax_p = _blocks(Rp, Dp, Tp, bp)
-    oq, RqB, DqB, TqB, tmax_q = _blocks(Rq, Dq, Tq, bq)
-    nbp, nbq = RpB.shape[0], RqB.shape[0]
+    # Global certificate, O(C A): with theta_g = lb + c / sqrt(max_u T_u) <= theta_u, a policy
+    # better than lb needs sum_x max_a (sum_r - theta_g sum_d)[x, a] > 0. The search below runs
+    # inside a while loop of at most one iteration, so under vmap it is skipped when no seed
+    # needs it (a lax.cond would become a select and always run).
+    tmax_all = jnp.sum(jnp.max(n, axis=1)).astype(dtype)
+    theta_g = lb + c * jax.lax.rsqrt(jnp.maximum(tmax_all, 1.0))
+    need = (tmax_all > 0) & (jnp.sum(jnp.max(sum_r - theta_g * sum_d, axis=1)) > 0)
 
-    # Stage A, every block pair: alive iff M_I(theta_IJ) + M_J(theta_IJ) > 0 (chord bounds).
-    tsum = tmax_p[:, None] + tmax_q[None, :]
-    theta = lb + c * jax.lax.rsqrt(jnp.maximum(tsum, 1.0))
-    m_p = _chord_max(RpB, DpB, theta)
-    m_q = _chord_max(RqB, DqB, theta.T).T
-    alive = ((tsum > 0) & (m_p + m_q > 0)).reshape(-1)
-    n_pairs = nbp * nbq
-    pad_a = -(-n_pairs // chunk_cert) * chunk_cert - n_pairs
-    pad_e = -(-n_pairs // chunk_exact) * chunk_exact - n_pairs
-    count_a = jnp.sum(alive)
-    list_a = jnp.nonzero(alive, size=n_pairs + pad_a, fill_value=0)[0].astype(jnp.int32)
-    theta_flat = theta.reshape(-1)
-    big = jnp.asarray(jnp.inf, dtype)
-    dmin_p = jnp.min(jnp.where(RpB > -jnp.inf, DpB, big), axis=1)
-    dmin_q = jnp.min(jnp.where(RqB > -jnp.inf, DqB, big), axis=1)
+    def search(carry):
+        _, v0, i0, j0 = carry
+        bp, bq = _block_size(Rp.shape[0]), _block_size(Rq.shape[0])
+        op, RpB, DpB, TpB, tmax_p = _blocks(Rp, Dp, Tp, bp)
+        oq, RqB, DqB, TqB, tmax_q = _blocks(Rq, Dq, Tq, bq)
+        nbp, nbq = RpB.shape[0], RqB.shape[0]
 
-    # Stage B, alive pairs: per-item theta on one side, linear bound on the other.
-    def body_b(carry):
-        k, buf, n_buf = carry
-        ids = jax.lax.dynamic_slice(list_a, (k * chunk_cert,), (chunk_cert,))
-        ok = (k * chunk_cert + jnp.arange(chunk_cert)) < count_a
-        bi, bj = ids // nbq, ids % nbq
-        th = theta_flat[ids][:, None]
-        rp, dp, tp = RpB[bi], DpB[bi], TpB[bi]
-        rq, dq, tq = RqB[bj], DqB[bj], TqB[bj]
-        m_pi = jnp.max(rp - th * dp, axis=1)
-        m_qj = jnp.max(rq - th * dq, axis=1)
-        th_i = lb + c * jax.lax.rsqrt(jnp.maximum(tp + tmax_q[bj][:, None], 1.0))
-        row = jnp.max(rp - th_i * dp - (th_i - th) * dmin_q[bj][:, None], axis=1)
-        th_j = lb + c * jax.lax.rsqrt(jnp.maximum(tq + tmax_p[bi][:, None], 1.0))
-        col = jnp.max(rq - th_j * dq - (th_j - th) * dmin_p[bi][:, None], axis=1)
-        keep = ok & (row + m_qj > 0) & (col + m_pi > 0)
-        pos = jnp.where(keep, n_buf + jnp.cumsum(keep) - 1, n_pairs + pad_e)
-        buf = buf.at[pos].set(ids, mode="drop")
-        return k + 1, buf, n_buf + jnp.sum(keep)
+        # Stage A, every block pair: alive iff M_I(theta_IJ) + M_J(theta_IJ) > 0 (chord bounds).
+        tsum = tmax_p[:, None] + tmax_q[None, :]
+        theta = lb + c * jax.lax.rsqrt(jnp.maximum(tsum, 1.0))
+        m_p = _chord_max(RpB, DpB, theta)
+        m_q = _chord_max(RqB, DqB, theta.T).T
+        alive = ((tsum > 0) & (m_p + m_q > 0)).reshape(-1)
+        n_pairs = nbp * nbq
+        pad_a = -(-n_pairs // chunk_cert) * chunk_cert - n_pairs
+        pad_e = -(-n_pairs // chunk_exact) * chunk_exact - n_pairs
+        count_a = jnp.sum(alive)
+        list_a = jnp.nonzero(alive, size=n_pairs + pad_a, fill_value=0)[0].astype(jnp.int32)
+        theta_flat = theta.reshape(-1)
+        big = jnp.asarray(jnp.inf, dtype)
+        dmin_p = jnp.min(jnp.where(RpB > -jnp.inf, DpB, big), axis=1)
+        dmin_q = jnp.min(jnp.where(RqB > -jnp.inf, DqB, big), axis=1)
 
-    buf0 = jnp.zeros((n_pairs + pad_e,), jnp.int32)
-    _, buf, n_buf = jax.lax.while_loop(
-        lambda carry: carry[0] * chunk_cert < count_a,
-        body_b,
-        (jnp.zeros((), jnp.int32), buf0, jnp.zeros((), count_a.dtype)),
-    )
+        # Stage B, alive pairs: per-item theta on one side, linear bound on the other.
+        def body_b(carry):
+            k, buf, n_buf = carry
+            ids = jax.lax.dynamic_slice(list_a, (k * chunk_cert,), (chunk_cert,))
+            ok = (k * chunk_cert + jnp.arange(chunk_cert)) < count_a
+            bi, bj = ids // nbq, ids % nbq
+            th = theta_flat[ids][:, None]
+            rp, dp, tp = RpB[bi], DpB[bi], TpB[bi]
+            rq, dq, tq = RqB[bj], DqB[bj], TqB[bj]
+            m_pi = jnp.max(rp - th * dp, axis=1)
+            m_qj = jnp.max(rq - th * dq, axis=1)
+            th_i = lb + c * jax.lax.rsqrt(jnp.maximum(tp + tmax_q[bj][:, None], 1.0))
+            row = jnp.max(rp - th_i * dp - (th_i - th) * dmin_q[bj][:, None], axis=1)
+            th_j = lb + c * jax.lax.rsqrt(jnp.maximum(tq + tmax_p[bi][:, None], 1.0))
+            col = jnp.max(rq - th_j * dq - (th_j - th) * dmin_p[bi][:, None], axis=1)
+            keep = ok & (row + m_qj > 0) & (col + m_pi > 0)
+            pos = jnp.where(keep, n_buf + jnp.cumsum(keep) - 1, n_pairs + pad_e)
+            buf = buf.at[pos].set(ids, mode="drop")
+            return k + 1, buf, n_buf + jnp.sum(keep)
 
-    # Stage C, pairs that passed both certificates: exact evaluation.
-    def body_c(carry):
-        k, best_v, best_i, best_j = carry
-        ids = jax.lax.dynamic_slice(buf, (k * chunk_exact,), (chunk_exact,))
-        ok = (k * chunk_exact + jnp.arange(chunk_exact)) < n_buf
-        bi, bj = ids // nbq, ids % nbq
-        vals = policy_value(
-            RpB[bi][:, :, None] + RqB[bj][:, None, :],
-            DpB[bi][:, :, None] + DqB[bj][:, None, :],
-            TpB[bi][:, :, None] + TqB[bj][:, None, :],
-            c,
-        )
-        vals = jnp.where(ok[:, None, None], vals, -jnp.inf).reshape(-1)
-        f = jnp.argmax(vals)
-        g, rem = f // (bp * bq), f % (bp * bq)
-        pi = op[bi[g] * bp + rem // bq]
-        qj = oq[bj[g] * bq + rem % bq]
-        better = vals[f] > best_v
-        return (
-            k + 1,
-            jnp.where(better, vals[f], best_v),
-            jnp.where(better, pi, best_i),
-            jnp.where(better, qj, best_j),
+        buf0 = jnp.zeros((n_pairs + pad_e,), jnp.int32)
+        _, buf, n_buf = jax.lax.while_loop(
+            lambda carry: carry[0] * chunk_cert < count_a,
+            body_b,
+            (jnp.zeros((), jnp.int32), buf0, jnp.zeros((), count_a.dtype)),
         )
 
-    init = (jnp.zeros((), jnp.int32), v0, i0.astype(op.dtype), j0.astype(oq.dtype))
+        # Stage C, pairs that passed both certificates: exact evaluation.
+        def body_c(carry):
+            k, best_v, best_i, best_j = carry
+            ids = jax.lax.dynamic_slice(buf, (k * chunk_exact,), (chunk_exact,))
+            ok = (k * chunk_exact + jnp.arange(chunk_exact)) < n_buf
+            bi, bj = ids // nbq, ids % nbq
+            vals = policy_value(
+                RpB[bi][:, :, None] + RqB[bj][:, None, :],
+                DpB[bi][:, :, None] + DqB[bj][:, None, :],
+                TpB[bi][:, :, None] + TqB[bj][:, None, :],
+                c,
+            )
+            vals = jnp.where(ok[:, None, None], vals, -jnp.inf).reshape(-1)
+            f = jnp.argmax(vals)
+            g, rem = f // (bp * bq), f % (bp * bq)
+            pi = op[bi[g] * bp + rem // bq].astype(jnp.int32)
+            qj = oq[bj[g] * bq + rem % bq].astype(jnp.int32)
+            better = vals[f] > best_v
+            return (
+                k + 1,
+                jnp.where(better, vals[f], best_v),
+                jnp.where(better, pi, best_i),
+                jnp.where(better, qj, best_j),
+            )
+
+        init = (jnp.zeros((), jnp.int32), v0, i0, j0)
+        _, best_v, best_i, best_j = jax.lax.while_loop(
+            lambda carry: carry[0] * chunk_exact < n_buf, body_c, init
+        )
+        return jnp.zeros((), bool), best_v, best_i, best_j
+
     _, best_v, best_i, best_j = jax.lax.while_loop(
-        lambda carry: carry[0] * chunk_exact < n_buf, body_c, init
+        lambda carry: carry[0], search, (need, v0, i0.astype(jnp.int32), j0.astype(jnp.int32))
     )
     u = jnp.concatenate([_unravel(best_i, A, len(P)), _unravel(best_j, A, len(Q))])
     return best_v, u

@@ -1,4 +1,4 @@
-"""Benchmark: one NIW estimator refit per seed, numpyro vs fast Student-t sampler, under vmap.
+"""Benchmark: one NIW refit per seed, numpyro vs fast vs polar Student-t samplers, under vmap.
 
 A refit is ``rpg_jax.estimator.refit`` (conjugate update of S slots + M synthetic batches of S
 predictive draws + quantile): S = 128 slots, M = 1000 batches (DESIGN.md sections 4 and 8). Both
@@ -71,6 +71,7 @@ def main(argv=None) -> None:
             init = warm(init, r, t)
         cases = [(name, "threefry2x32") for name in (["numpyro"] if not args.skip_numpyro else [])]
         cases += [("fast", impl) for impl in args.impl]
+        cases += [("polar", "threefry2x32")]
         runs = {}
         for sampler, impl in cases:
             keys = jax.random.split(jax.random.key(1, impl=impl), b)

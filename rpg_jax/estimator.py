@@ -27,7 +27,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rpg_jax import student_t
+from rpg_jax import polar_t, student_t
 
 __all__ = [
     "D",
@@ -67,7 +67,7 @@ LAM = 0.3  # forgetting factor applied to the previous posterior before each ref
 NUM_SLOTS = 128  # slots in the reference (the slot count is the caller's array length)
 NUM_BATCHES = 1000  # synthetic batches M drawn per estimate
 QUANTILE = 0.95  # quantile of the per-batch rate
-SAMPLERS = ("fast", "numpyro")
+SAMPLERS = ("polar", "fast", "numpyro")
 # Synthetic batches are drawn CHUNK_BATCHES at a time inside a lax.scan: under a wide vmap over
 # seeds this keeps the working set in cache (measured ~1.3-1.5x faster at 64 seeds than one
 # (M, S) draw, on a loaded 2-core CPU). The law of the estimate does not depend on it.
@@ -304,6 +304,9 @@ def _chunking(num_batches: int, chunk_batches: int) -> tuple[int, int]:
 
 def _chunk_draws(state: NIWState, key: jax.Array, shape: tuple[int, int], sampler: str):
     df, loc, _, scale_tril = predictive_params(state)
+    if sampler == "polar":
+        t = polar_t.bivariate_t_standard(key, df, shape[0] * shape[1], loc.dtype)
+        return (loc + t @ scale_tril.T).reshape(*shape, D)
     if sampler == "fast":
         return student_t.multivariate_t(key, df, loc, scale_tril, shape)
     import numpyro.distributions as dist
@@ -321,7 +324,7 @@ def predictive_draws(
     key: jax.Array,
     num_slots: int,
     num_batches: int = NUM_BATCHES,
-    sampler: str = "fast",
+    sampler: str = "polar",
     *,
     chunk_batches: int = CHUNK_BATCHES,
 ) -> jax.Array:
@@ -335,8 +338,11 @@ def predictive_draws(
       key: a ``jax.random`` key.
       num_slots: slots per batch ``S`` (static).
       num_batches: batches ``M`` (static).
-      sampler: ``"fast"`` (:func:`rpg_jax.student_t.multivariate_t`, default) or ``"numpyro"``
-        (``numpyro.distributions.MultivariateStudentT``; same law, slower under ``vmap``).
+      sampler: ``"polar"`` (default: :func:`rpg_jax.polar_t.bivariate_t_standard`, radial
+        inverse CDF, no rejection, no gamma draws), ``"fast"``
+        (:func:`rpg_jax.student_t.multivariate_t`, normal / sqrt(chi2 / df)) or ``"numpyro"``
+        (``numpyro.distributions.MultivariateStudentT``). All three have the same law; they
+        differ in speed under ``vmap`` (``benchmarks/estimator_sampler.py``).
       chunk_batches: batches drawn per ``lax.scan`` step (static; speed only, the law of the
         estimate does not depend on it; tune with ``benchmarks/estimator_sampler.py --chunk``).
 
@@ -380,7 +386,7 @@ def estimate(
     num_slots: int = NUM_SLOTS,
     num_batches: int = NUM_BATCHES,
     quantile=QUANTILE,
-    sampler: str = "fast",
+    sampler: str = "polar",
     *,
     chunk_batches: int = CHUNK_BATCHES,
 ) -> jax.Array:
@@ -397,7 +403,7 @@ def estimate(
       key: a ``jax.random`` key.
       num_slots, num_batches: static ints (``S``, ``M``).
       quantile: in ``[0, 1]``.
-      sampler: ``"fast"`` or ``"numpyro"`` (see :func:`predictive_draws`).
+      sampler: ``"polar"``, ``"fast"`` or ``"numpyro"`` (see :func:`predictive_draws`).
       chunk_batches: speed knob, see :func:`predictive_draws` (static).
 
     Returns:
@@ -431,7 +437,7 @@ def refit(
     num_batches: int = NUM_BATCHES,
     quantile=QUANTILE,
     lam=LAM,
-    sampler: str = "fast",
+    sampler: str = "polar",
     *,
     chunk_batches: int = CHUNK_BATCHES,
 ) -> NIWState:
@@ -523,7 +529,7 @@ def make_niw_estimator(
     quantile: float = QUANTILE,
     lam: float = LAM,
     kind: str = "niw_quantile",
-    sampler: str = "fast",
+    sampler: str = "polar",
     chunk_batches: int = CHUNK_BATCHES,
 ) -> Estimator:
     """Bind the settings of an NIW estimator.
@@ -535,7 +541,7 @@ def make_niw_estimator(
       lam: forgetting factor in ``(0, 1]``.
       kind: ``"niw_quantile"`` (:func:`refit`) or ``"posterior_mean"``
         (:func:`refit_posterior_mean`).
-      sampler: ``"fast"`` or ``"numpyro"``.
+      sampler: ``"polar"``, ``"fast"`` or ``"numpyro"``.
       chunk_batches: speed knob (see :func:`predictive_draws`).
 
     Returns:

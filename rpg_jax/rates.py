@@ -79,7 +79,7 @@ def relative_values(rho: float, rbar: np.ndarray, dbar: np.ndarray) -> np.ndarra
 
 
 def greedy_policy(rho: float, rbar: np.ndarray, dbar: np.ndarray) -> np.ndarray:
-    """Greedy policy ``u_rho(x) = argmax_a q_rho(x, a)``, int64 shape ``(C,)`` (lowest index on ties)."""
+    """Greedy policy ``u_rho(x) = argmax_a q_rho(x, a)``, int64 ``(C,)``; lowest index on ties."""
     return np.argmax(relative_values(rho, rbar, dbar), axis=1)
 
 
@@ -172,6 +172,6 @@ def rho_star(p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> float:
 
 
 def gaps(p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> np.ndarray:
-    """Per-action pseudo-regret ``GAP(x, a) = max_b q_{rho*}(x, b) - q_{rho*}(x, a)``, ``(C, A)`` >= 0."""
+    """``GAP(x, a) = max_b q_{rho*}(x, b) - q_{rho*}(x, a) >= 0``, float64 ``(C, A)``."""
     q = relative_values(rho_star(p, rbar, dbar), rbar, dbar)
     return q.max(axis=1, keepdims=True) - q

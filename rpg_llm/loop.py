@@ -17,6 +17,11 @@ are stored in one transaction, and the trainer is checkpointed every ``checkpoin
 Resuming restores the last checkpoint, rebuilds the estimator, the slot sums and the best score
 from the buffer, and replays later steps from their saved responses and stored outcomes, so that
 no sample is lost or stored twice.
+
+Several processes (``accelerate launch`` / ``torchrun``, e.g. FSDP over GPUs): each process
+samples its share of the rows (``rank::world``), the main process executes, grades and stores
+them and writes the run folder, every process gets the samples and computes the same rewards,
+and each trains on its share of the batch (gradients synchronised by accelerate).
 """
 
 from __future__ import annotations
@@ -291,9 +296,18 @@ class Trainer:
         progress: bool = True,
         on_stage: Callable[[int, str], None] | None = None,
     ):
+        from accelerate import Accelerator
+
         from rpg_llm.policy import load_policy
 
         self.cfg = cfg
+        self.acc = Accelerator()
+        self.main = self.acc.is_main_process
+        self.world, self.rank = self.acc.num_processes, self.acc.process_index
+        if cfg.batch_size % self.world:
+            raise ValueError(
+                f"batch_size {cfg.batch_size} must be a multiple of the {self.world} processes"
+            )
         self.folder = RunFolder(run_dir)
         self.backends = backends or default_backends()
         self.progress = progress
@@ -307,19 +321,24 @@ class Trainer:
                 "label": f"{cfg.method} ({'seeded' if cfg.seed_buffer else 'unseeded'})",
                 "torch": torch.__version__,
             }
-            self.folder.create(record)
+            if self.main:
+                self.folder.create(record)
+            self.acc.wait_for_everyone()
         self._setup_logging()
         log.info("run %s: %s", self.folder.root, json.dumps(asdict(cfg), default=str))
         t0 = time.perf_counter()
-        self.policy = load_policy(cfg.model, device=cfg.device)
+        self.policy = load_policy(cfg.model, device=cfg.device or self.acc.device)
         if self.policy.device.type == "cpu" and cfg.cpu_threads:
             torch.set_num_threads(cfg.cpu_threads)
         torch.manual_seed(cfg.seed)
-        self.ppo = PPOTrainer(self.policy.model, PPOConfig(**cfg.ppo))
+        self.ppo = PPOTrainer(self.policy.model, PPOConfig(**cfg.ppo), accelerator=self.acc)
         log.info("policy %s loaded in %.1f s", self.policy.path, time.perf_counter() - t0)
-        self.buffer = self.backends.buffer_cls(
-            self.folder.buffer_path, capacity=cfg.buffer_capacity_factor * cfg.batch_size
-        )
+        capacity = cfg.buffer_capacity_factor * cfg.batch_size
+        if self.main:  # the main process makes the database; the others open it after
+            self.buffer = self.backends.buffer_cls(self.folder.buffer_path, capacity=capacity)
+        self.acc.wait_for_everyone()
+        if not self.main:
+            self.buffer = self.backends.buffer_cls(self.folder.buffer_path, capacity=capacity)
         self.sandbox = self.backends.make_sandbox(cfg.sandbox)
         self.executor = self.backends.make_executor(cfg.executor, cfg.workers)
         num_slots = cfg.num_slots or min(128, cfg.batch_size)
@@ -335,7 +354,8 @@ class Trainer:
     # -- set-up ---------------------------------------------------------------------------------
     def _setup_logging(self) -> None:
         self.folder.log_path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(self.folder.log_path)
+        name = "run.log" if self.main else f"run.rank{self.rank}.log"
+        handler = logging.FileHandler(self.folder.log_path.with_name(name))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         root = logging.getLogger("rpg_llm")
         root.setLevel(logging.INFO)
@@ -349,6 +369,24 @@ class Trainer:
 
             self._tb = SummaryWriter(str(self.folder.tb_dir), purge_step=self.start_step)
         return self._tb
+
+    def _bcast(self, obj: Any) -> Any:
+        """The main process's ``obj`` on every process (identity with one process)."""
+        if self.world == 1:
+            return obj
+        from accelerate.utils import broadcast_object_list
+
+        box = [obj]
+        broadcast_object_list(box, from_process=0)
+        return box[0]
+
+    def _gather(self, obj: Any) -> list[Any]:
+        """Every process's ``obj``, in rank order (``[obj]`` with one process)."""
+        if self.world == 1:
+            return [obj]
+        from accelerate.utils import gather_object
+
+        return gather_object([obj])
 
     def _samples(self, step: int | None = None) -> list[Any]:
         rows = self.buffer.all(self.cfg.name)
@@ -371,7 +409,8 @@ class Trainer:
                 raise RuntimeError(f"buffer holds {len(samples)} samples for checkpointed {step}")
             self._account(step, samples)
         self.start_step = done + 1
-        self.folder.truncate_metrics(done)
+        if self.main:
+            self.folder.truncate_metrics(done)
         log.info("resumed after step %d (checkpoint %s)", done, last)
 
     def _account(self, step: int, samples: list[Any]) -> Any:
@@ -388,6 +427,14 @@ class Trainer:
     # -- seeding --------------------------------------------------------------------------------
     def seed_buffer(self) -> int:
         """Execute, grade and store the task's baseline solutions as step 0 (once per run)."""
+        n = self._seed_buffer() if self.main else 0
+        self.acc.wait_for_everyone()
+        for s in self._samples(SEED_STEP):
+            if s.status == "ok":
+                self.best = max(self.best, s.raw_reward)
+        return n
+
+    def _seed_buffer(self) -> int:
         if not self.cfg.seed_buffer or self._samples(SEED_STEP):
             return 0
         solutions = self.backends.baseline_solutions(self.comp.id)
@@ -404,9 +451,6 @@ class Trainer:
             for i, ((name, code), o) in enumerate(zip(solutions, outcomes, strict=True))
         ]
         self.buffer.add_many(samples)
-        for s in samples:
-            if s.status == "ok":
-                self.best = max(self.best, s.raw_reward)
         log.info("seeded the buffer with %d baseline solutions", len(samples))
         return len(samples)
 
@@ -450,38 +494,52 @@ class Trainer:
     def _rollout(self, step: int) -> tuple[dict[str, Any], float]:
         from rpg_llm.policy import chat_prompt_ids, generate
 
-        saved = self.folder.load_rollout(step)
+        saved = self._bcast(self.folder.load_rollout(step) if self.main else None)
         if saved is not None:
             return saved, 0.0
-        prompts, parent_ids = self._prompts()
+        prompts, parent_ids = self._bcast(self._prompts() if self.main else None)
         tok = self.policy.tokenizer
         query_ids = [chat_prompt_ids(tok, p, self.cfg.max_prompt_tokens) for p in prompts]
+        mine = list(range(self.rank, len(prompts), self.world))  # this process's rows
         gen = generate(
             self.policy,
-            query_ids,
+            [query_ids[i] for i in mine],
             max_new_tokens=self.cfg.max_new_tokens,
             temperature=self.cfg.temperature,
             top_k=self.cfg.top_k,
             top_p=self.cfg.top_p,
-            seed=self.cfg.seed * 1_000_003 + step,
+            seed=self.cfg.seed * 1_000_003 + step + 7919 * self.rank,
             model=self.ppo.policy,
             batch_size=self.cfg.gen_batch_size,
             cpu_threads=self.cfg.cpu_threads,
         )
+        responses: list[Any] = [None] * len(prompts)
+        texts: list[Any] = [None] * len(prompts)
+        seconds = 0.0
+        for rows, resp, txt, sec in self._gather((mine, gen.response_ids, gen.texts, gen.seconds)):
+            for i, r, t in zip(rows, resp, txt, strict=True):
+                responses[i], texts[i] = r, t
+            seconds = max(seconds, sec)
         rollout = {
             "step": step,
             "prompts": prompts,
             "parent_ids": parent_ids,
-            "query_ids": gen.query_ids,
-            "response_ids": gen.response_ids,
-            "texts": gen.texts,
-            "gen_seconds": gen.seconds,
-            "gen_tokens": gen.new_tokens,
+            "query_ids": query_ids,
+            "response_ids": responses,
+            "texts": texts,
+            "gen_seconds": seconds,
+            "gen_tokens": sum(len(r) for r in responses),
         }
-        self.folder.save_rollout(step, rollout)
-        return rollout, gen.seconds
+        if self.main:
+            self.folder.save_rollout(step, rollout)
+        return rollout, seconds
 
     def _execute(self, step: int, rollout: dict[str, Any]) -> tuple[list[Any], float]:
+        """Execute, grade and store on the main process; every process gets the samples."""
+        done = self._execute_main(step, rollout) if self.main else None
+        return self._bcast(done)
+
+    def _execute_main(self, step: int, rollout: dict[str, Any]) -> tuple[list[Any], float]:
         stored = self._samples(step)
         if len(stored) == self.cfg.batch_size:
             return stored, 0.0
@@ -538,10 +596,11 @@ class Trainer:
         self.on_stage(step, "generated")
         samples, exec_s = self._execute(step, rollout)
         sr = self._account(step, samples)  # rho_hat of THIS step (refit on its slot sums)
+        mine = list(range(self.rank, self.cfg.batch_size, self.world))  # data-parallel shard
         batch = PPOBatch.from_lists(
-            rollout["query_ids"],
-            rollout["response_ids"],
-            [float(r) for r in sr.rewards],
+            [rollout["query_ids"][i] for i in mine],
+            [rollout["response_ids"][i] for i in mine],
+            [float(sr.rewards[i]) for i in mine],
             self.policy.tokenizer.pad_token_id,
         )
         t0 = time.perf_counter()
@@ -549,9 +608,10 @@ class Trainer:
         ppo_s = time.perf_counter() - t0
         self.on_stage(step, "updated")
         if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
-            self.ppo.save(self.folder.checkpoint_path(step))
-            self.folder.prune_checkpoints(self.cfg.keep_checkpoints)
-            self.folder.prune_rollouts(step)
+            self.ppo.save(self.folder.checkpoint_path(step))  # collective; main writes
+            if self.main:
+                self.folder.prune_checkpoints(self.cfg.keep_checkpoints)
+                self.folder.prune_rollouts(step)
             self.on_stage(step, "checkpointed")
         valid = np.array([s.status == "ok" for s in samples])
         rec = StepRecord(
@@ -572,6 +632,9 @@ class Trainer:
             replayed=replayed,
             ppo=ppo_stats,
         )
+        if not self.main:
+            rec.step_seconds = time.perf_counter() - t_start
+            return rec
         for k, v in rec.flat().items():
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
                 self.tb.add_scalar(k, v, step)
@@ -587,7 +650,7 @@ class Trainer:
         self.seed_buffer()
         records = []
         bar = None
-        if self.progress:
+        if self.progress and self.main:
             from tqdm.auto import tqdm
 
             bar = tqdm(

@@ -166,25 +166,30 @@ def best_policy_exact(
     dtype = sum_r.dtype
     c = jnp.asarray(c, dtype)
     P, Q = _split(C)
-    Rp, Dp, Tp = group_sums(n, sum_r, sum_d, P)
-    Rq, Dq, Tq = group_sums(n, sum_r, sum_d, Q)
+    Rp_, Dp_, Tp_ = group_sums(n, sum_r, sum_d, P)
+    Rq_, Dq_, Tq_ = group_sums(n, sum_r, sum_d, Q)
     u_prev = u_prev.astype(jnp.int32)
     i0 = _ravel(u_prev[: len(P)], A)
     j0 = _ravel(u_prev[len(P) :], A)
-    v0 = policy_value(Rp[i0] + Rq[j0], Dp[i0] + Dq[j0], Tp[i0] + Tq[j0], c)
-    lb = jnp.maximum(v0, jnp.asarray(LAMBDA_FLOOR, dtype))
+    v0 = policy_value(Rp_[i0] + Rq_[j0], Dp_[i0] + Dq_[j0], Tp_[i0] + Tq_[j0], c)
+    lb_ = jnp.maximum(v0, jnp.asarray(LAMBDA_FLOOR, dtype))
 
     # Global certificate, O(C A): with theta_g = lb + c / sqrt(max_u T_u) <= theta_u, a policy
     # better than lb needs sum_x max_a (sum_r - theta_g sum_d)[x, a] > 0. The search below runs
     # inside a while loop of at most one iteration, so under vmap it is skipped when no seed
     # needs it (a lax.cond would become a select and always run).
     tmax_all = jnp.sum(jnp.max(n, axis=1)).astype(dtype)
-    theta_g = lb + c * jax.lax.rsqrt(jnp.maximum(tmax_all, 1.0))
+    theta_g = lb_ + c * jax.lax.rsqrt(jnp.maximum(tmax_all, 1.0))
     need = (tmax_all > 0) & (jnp.sum(jnp.max(sum_r - theta_g * sum_d, axis=1)) > 0)
 
     def search(carry):
-        _, v0, i0, j0 = carry
-        bp, bq = _block_size(Rp.shape[0]), _block_size(Rq.shape[0])
+        flag, v0, i0, j0 = carry
+        # Tie the inputs to the loop-variant flag so XLA cannot hoist the search out of the
+        # loop (loop-invariant code motion would otherwise run it even when skipped).
+        _, Rp, Dp, Tp, Rq, Dq, Tq, lb = jax.lax.optimization_barrier(
+            (flag, Rp_, Dp_, Tp_, Rq_, Dq_, Tq_, lb_)
+        )
+        bp, bq = _block_size(Rp_.shape[0]), _block_size(Rq_.shape[0])
         op, RpB, DpB, TpB, tmax_p = _blocks(Rp, Dp, Tp, bp)
         oq, RqB, DqB, TqB, tmax_q = _blocks(Rq, Dq, Tq, bq)
         nbp, nbq = RpB.shape[0], RqB.shape[0]

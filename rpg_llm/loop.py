@@ -301,7 +301,8 @@ class Trainer:
         from rpg_llm.policy import load_policy
 
         self.cfg = cfg
-        self.acc = Accelerator()
+        on_cpu = cfg.device == "cpu" or not torch.cuda.is_available()
+        self.acc = Accelerator(cpu=on_cpu)  # cpu=True: several processes on CPUs (gloo)
         self.main = self.acc.is_main_process
         self.world, self.rank = self.acc.num_processes, self.acc.process_index
         if cfg.batch_size % self.world:

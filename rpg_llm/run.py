@@ -138,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status (0 ok, 2 usage error)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = _parser().parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))  # set by torchrun / accelerate launch
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     from rpg_llm.loop import LoopConfig, train
     from rpg_llm.runfolder import RunFolder
 
@@ -152,10 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             resume = True
         else:
             cfg, preset_name = build_config(args)
+            if world > 1 and not args.out:
+                raise ValueError(f"with {world} processes, name the run folder with --out")
             _check_inputs(cfg, preset_name)
             stamp = time.strftime("%Y%m%d-%H%M%S")
             run_dir = Path(args.out or f"runs/{preset_name}-{cfg.method}-{stamp}")
-            if (run_dir / "config.json").exists():
+            if rank == 0 and (run_dir / "config.json").exists():
                 raise ValueError(f"{run_dir} already holds a run; use --resume {run_dir}")
             resume = False
     except ValueError as exc:
@@ -171,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     wall = time.perf_counter() - t0
+    if rank != 0:
+        return 0
     print(f"run folder: {run_dir}")
     print(f"steps run: {len(records)} in {wall:.1f} s")
     if records:

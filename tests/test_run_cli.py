@@ -147,3 +147,47 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
     replayed = {m["step"]: m["replayed"] for m in metrics}
     assert replayed[2] is True and replayed[3] is False
     assert (run / "checkpoints" / "step_000003" / "trainer.pt").exists()
+
+
+@pytest.mark.slow
+def test_two_processes_share_generation_and_training(tmp_path, tiny_model_dir):
+    """torchrun with 2 CPU processes (accelerate MULTI_CPU, gloo): rows split across processes,
+    one writer for the run folder, every sample stored once."""
+    run = tmp_path / "run"
+    args = [
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "rpg_llm.run",
+        "--model",
+        str(tiny_model_dir),
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--no-seed-buffer",
+        "--max-new-tokens",
+        "8",
+        "--max-prompt-tokens",
+        "768",
+        "--sandbox",
+        "subprocess",
+        "--no-progress",
+        "--no-plot",
+        "--checkpoint-every",
+        "1",
+        "--out",
+        str(run),
+    ]
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    out = subprocess.run(
+        torchrun + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted((s, r) for _, s, r in _samples(run)) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert (run / "logs" / "run.rank1.log").exists()
+    assert (run / "checkpoints" / "step_000002" / "trainer.pt").exists()
+    assert out.stdout.count("run folder:") == 1  # only the main process reports

@@ -81,6 +81,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="AGENT:K=N",
         help="use only N seeds for AGENT at arm count K (stated in the CSV and the figure)",
     )
+    ap.add_argument(
+        "--agent-seeds",
+        action="append",
+        default=[],
+        metavar="AGENT=N",
+        help="use only N seeds for AGENT at every K (stated in the CSV and the figure)",
+    )
     ap.add_argument("--hyper", default=str(HYPER_FILE), help="hyper-parameter JSON file")
     ap.add_argument("--out", default=None, help="output folder (default out/regret_vs_arms)")
     ap.add_argument("--quick", action="store_true", help="reduced smoke run (< 2 minutes)")
@@ -113,6 +120,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             args.cell_seed_map[(check_agent_name(agent), int(k))] = int(n)
         except ValueError as err:
             raise UsageError(f"--cell-seeds expects AGENT:K=N, got {item!r} ({err})") from None
+    for item in args.agent_seeds:
+        try:
+            agent, n = item.split("=")
+            for k in args.arm_list:
+                args.cell_seed_map.setdefault((check_agent_name(agent), k), int(n))
+        except ValueError as err:
+            raise UsageError(f"--agent-seeds expects AGENT=N, got {item!r} ({err})") from None
+    for (agent, k), n in args.cell_seed_map.items():
+        if n < 1:
+            raise UsageError(f"seeds for {agent} at K={k} must be >= 1, got {n}")
     hyper_path = Path(args.hyper)
     if not hyper_path.is_file():
         raise UsageError(f"--hyper file not found: {hyper_path}")

@@ -49,7 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=30)
     ap.add_argument("--agents", default=",".join(GRIDS))
     ap.add_argument("--out", default=str(Path(__file__).with_name("hyper_small.json")))
+    for name in ("lr", "age_bound", "c1", "c2"):
+        ap.add_argument(
+            f"--{name.replace('_', '-')}-grid",
+            default=None,
+            metavar="V1,V2,...",
+            help=f"override the {name} grid",
+        )
     args = ap.parse_args(argv)
+    grids = {a: dict(g) for a, g in GRIDS.items()}
     try:
         from rpg_jax.envs import ENV_NAMES
 
@@ -58,6 +66,16 @@ def main(argv: list[str] | None = None) -> int:
         for a in agents:
             if a not in GRIDS:
                 raise ValueError(f"unknown tunable agent {a!r}; valid: {', '.join(GRIDS)}")
+        for name in ("lr", "age_bound", "c1", "c2"):
+            text = getattr(args, f"{name}_grid")
+            if text is None:
+                continue
+            values = [float(v) for v in text.split(",") if v.strip()]
+            if not values:
+                raise ValueError(f"--{name.replace('_', '-')}-grid is empty")
+            for g in grids.values():
+                if name in g:
+                    g[name] = values
         if args.steps < 1 or args.seeds < 1 or args.arms < 1:
             raise ValueError(
                 f"steps, seeds and arms must be >= 1: {args.steps}, {args.seeds}, {args.arms}"
@@ -83,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for name in tqdm(agents, desc="tuning", file=sys.stderr):
         points = [
-            dict(zip(GRIDS[name], v, strict=True)) for v in itertools.product(*GRIDS[name].values())
+            dict(zip(grids[name], v, strict=True)) for v in itertools.product(*grids[name].values())
         ]
         built = [make_agent(name, args.contexts, args.arms + 1, hp) for hp in points]
         agent = built[0][0]
@@ -114,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "n_steps": args.steps,
         "seeds": f"{seeds[0]}-{seeds[-1]}",
         "criterion": "lowest mean over envs of the median final regret over seeds",
+        "grids": {a: grids[a] for a in agents},
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     result["command"] = "python -m paper_figures.tune_small " + shlex.join(

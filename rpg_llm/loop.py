@@ -396,23 +396,41 @@ class Trainer:
         return sorted(rows, key=lambda s: (s.step, s.row))
 
     def _restore(self) -> None:
-        """Load the last checkpoint; rebuild estimator, slot sums and best score from the buffer."""
+        """Load the last checkpoint (the estimator and best score are rebuilt in :meth:`run`)."""
         last = self.folder.latest_checkpoint()
         if last is not None:
             self.ppo.load(self.folder.checkpoint_path(last))
         done = last or 0
-        for s in self._samples(SEED_STEP):
-            if s.status == "ok":
-                self.best = max(self.best, s.raw_reward)
-        for step in range(1, done + 1):
+        self.start_step = done + 1
+        if self.main:
+            self.folder.truncate_metrics(done)
+        log.info("resuming after step %d (checkpoint %s)", done, last)
+
+    def _rebuild(self) -> None:
+        """Replay the estimator, slot sums and best score over the seeds and the checkpointed
+        steps ``1 .. start_step - 1`` from the buffer (the same refits as the first time)."""
+        self._account_seeds()
+        for step in range(1, self.start_step):
             samples = self._samples(step)
             if len(samples) != self.cfg.batch_size:
                 raise RuntimeError(f"buffer holds {len(samples)} samples for checkpointed {step}")
             self._account(step, samples)
-        self.start_step = done + 1
-        if self.main:
-            self.folder.truncate_metrics(done)
-        log.info("resumed after step %d (checkpoint %s)", done, last)
+
+    def _account_seeds(self) -> None:
+        """The seed solutions are historical samples: they set the best score and feed the
+        estimator's slots (seed ``i`` into slot ``i % S``), so ``rho_hat`` before step 1 comes
+        from them (paper, section 5: the estimator is fitted from the samples in the buffer)."""
+        seeds = self._samples(SEED_STEP)
+        if not seeds:
+            return
+        raw = np.array([s.raw_reward for s in seeds], dtype=np.float64)
+        valid = np.array([s.status == "ok" for s in seeds])
+        delta = np.array([s.exec_time for s in seeds], dtype=np.float64)
+        self.rates.refit(
+            SEED_STEP, [s.row for s in seeds], raw, charged_time(valid, delta, self.reward_cfg)
+        )
+        if valid.any():
+            self.best = max(self.best, float(raw[valid].max()))
 
     def _account(self, step: int, samples: list[Any]) -> Any:
         """Refit the estimator and compute rewards for a step's stored samples."""
@@ -430,9 +448,6 @@ class Trainer:
         """Execute, grade and store the task's baseline solutions as step 0 (once per run)."""
         n = self._seed_buffer() if self.main else 0
         self.acc.wait_for_everyone()
-        for s in self._samples(SEED_STEP):
-            if s.status == "ok":
-                self.best = max(self.best, s.raw_reward)
         return n
 
     def _seed_buffer(self) -> int:
@@ -649,6 +664,7 @@ class Trainer:
     def run(self) -> list[StepRecord]:
         """Seed (once), then steps ``start_step .. cfg.steps`` with a progress display."""
         self.seed_buffer()
+        self._rebuild()
         records = []
         bar = None
         if self.progress and self.main:

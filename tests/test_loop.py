@@ -148,3 +148,47 @@ def test_relative_reward_uses_the_current_step_estimate(tiny_model_dir, tmp_path
         assert trainer.rates.rho_hat == pytest.approx(rho2)
     finally:
         trainer.close()
+
+
+def test_seeds_feed_the_estimator_and_rpg_parents_use_it(tiny_model_dir, tmp_path):
+    """Seed solutions are historical samples: rho_hat before step 1 is fitted on them, and RPG
+    picks parents by raw_reward - rho_hat * time (vanilla by raw reward)."""
+    outcomes = {"slow_good": (0.8, 4.0), "fast_ok": (0.4, 1.0)}
+
+    def run_batch(codes, comp, sandbox, timeout_s, executor):
+        out = []
+        for code in codes:
+            r, t = outcomes[code.strip()]
+            out.append(
+                types.SimpleNamespace(
+                    status="ok",
+                    delta=t,
+                    score=r,
+                    raw_reward=r,
+                    valid=True,
+                    outcome_text=f"score {r}",
+                )
+            )
+        return out
+
+    order = {}
+    for method in ("rpg", "vanilla"):
+        b = _backends(_ratio_estimator())
+        b.baseline_solutions = lambda comp_id: [(n, n + "\n") for n in outcomes]
+        b.run_batch = run_batch
+        trainer = Trainer(
+            _cfg(tiny_model_dir, method), tmp_path / method, backends=b, progress=False
+        )
+        try:
+            trainer.seed_buffer()
+            trainer._rebuild()
+            assert trainer.rates.rho_hat == pytest.approx((0.8 + 0.4) / (4.0 + 1.0))
+            assert trainer.best == pytest.approx(0.8)
+            prompts, parent_ids = trainer._prompts()
+            codes = {s.id: s.code.strip() for s in trainer._samples(0)}
+            order[method] = [codes[i] for i in parent_ids]
+        finally:
+            trainer.close()
+    # keys at rho = 0.24: slow_good 0.8 - 0.96 = -0.16, fast_ok 0.4 - 0.24 = 0.16
+    assert order["rpg"] == ["fast_ok", "slow_good"]
+    assert order["vanilla"] == ["slow_good", "fast_ok"]

@@ -131,8 +131,14 @@ def budget_curves(
         cs = groups[label]
         res = curve(cs, budgets)
         color = colors.get(label.split()[0])
+        style = "--" if label.startswith("vanilla") else "-"  # visible where the arms overlap
         ax.step(
-            budgets, res["mean_best"], where="post", label=f"{label}, {len(cs)} chains", color=color
+            budgets,
+            res["mean_best"],
+            where="post",
+            label=f"{label}, {len(cs)} chains",
+            color=color,
+            linestyle=style,
         )
         lo, hi = res["mean_best"] - res["se"], res["mean_best"] + res["se"]
         ax.fill_between(budgets, lo, hi, step="post", alpha=0.2, color=color)

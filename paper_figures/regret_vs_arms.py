@@ -206,7 +206,11 @@ def plot(rows: list[dict], folder: Path, args: argparse.Namespace) -> None:
     """Four panels (one per env): mean final regret +- s.e. against K, a line per agent."""
     envs = list(dict.fromkeys(r["env"] for r in rows))
     fig, axes = plt.subplots(1, len(envs), figsize=(4.2 * len(envs), 3.6), squeeze=False)
-    notes = sorted({f"{r['agent']} K={r['K']}: {r['note']}" for r in rows if r["note"]})
+    reduced: dict[str, set] = {}
+    for r in rows:
+        if r["note"]:
+            reduced.setdefault(f"{LABELS[r['agent']]}: {r['n_seeds']} seeds", set()).add(r["K"])
+    notes = [f"{k} (K = {', '.join(map(str, sorted(v)))})" for k, v in sorted(reduced.items())]
     for ax, env in zip(axes[0], envs, strict=True):
         for name in args.agent_list:
             sel = sorted(
@@ -224,9 +228,9 @@ def plot(rows: list[dict], folder: Path, args: argparse.Namespace) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"regret $R_n$ at n = {args.steps:,}")
     axes[0][-1].legend(fontsize=8)
-    caption = f"|X| = {args.contexts}, mean +- s.e. over {args.seeds} seeds"
+    caption = f"|X| = {args.contexts}, n = {args.steps:,}, mean +- s.e. over {args.seeds} seeds"
     if notes:
-        caption += "; " + "; ".join(notes)
+        caption += "\nreduced seeds: " + "; ".join(notes)
     fig.suptitle(caption, fontsize=8, y=1.02)
     save_figure(fig, folder, "regret_vs_arms")
 

@@ -4,8 +4,9 @@
 (E1, K and |X| below) in one process, for NPG-NIW and C-UCB (exact lambda_t), with the JAX
 simulator (``rpg_jax.simulate``: scan over decisions, vmap over seeds, sharded over all local
 devices) at 1,000 and 4,096 seeds, and prints each as a ratio to the NumPy loop measured in the
-same run. Compilation is excluded: each JAX configuration is run once to compile and then timed
-on a second call with the same shapes (the compile time is printed separately).
+same run (hyper-parameters: the tuned ones of ``paper_figures/hyper_small.json``).
+Compilation is excluded: each JAX configuration is run once to compile and then timed on a
+second call with the same shapes (the compile time is printed separately).
 
 Targets (issue 2): >= 100x the NumPy loop for NPG-NIW at 4,096 seeds.
 """
@@ -13,9 +14,11 @@ Targets (issue 2): >= 100x the NumPy loop for NPG-NIW at 4,096 seeds.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -25,13 +28,14 @@ from rpg_jax.config import setup_jax  # noqa: E402
 
 setup_jax()
 
-import numpy as np  # noqa: E402
 
 from rpg_jax.agents.numpy_ref_cucb import run_cucb_numpy  # noqa: E402
 from rpg_jax.agents.numpy_ref_npg import run_npg_numpy  # noqa: E402
 from rpg_jax.agents.registry import make_agent  # noqa: E402
 from rpg_jax.envs import make_reference_env, make_trial_params  # noqa: E402
 from rpg_jax.simulate import simulate  # noqa: E402
+
+HYPER_FILE = Path(__file__).resolve().parents[1] / "paper_figures" / "hyper_small.json"
 
 
 def _numpy_rate(name: str, env, steps: int, hyper: dict) -> float:
@@ -65,14 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--npg-steps", type=int, default=64, help="JAX decisions per seed (NPG)")
     ap.add_argument("--cucb-steps", type=int, default=256, help="JAX decisions per seed (C-UCB)")
     ap.add_argument("--numpy-steps", type=int, default=800, help="NumPy decisions (one seed)")
+    ap.add_argument("--agents", default="npg-niw,cucb-tuned", help="subset of npg-niw,cucb-tuned")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     env = make_reference_env(args.env, args.arms, args.contexts)
-    hypers = {"npg-niw": {"lr": 1.0, "age_bound": 1000.0}, "cucb-theory": None}
-    from rpg_jax.agents.cucb import theory_constants
-
-    c = theory_constants(np.asarray(env.rbar), np.asarray(env.dbar))
-    hypers["cucb-theory"] = {"c1": float(c.c1), "c2": float(c.c2)}
+    # The tuned settings of the figure (paper_figures/hyper_small.json).
+    hypers = json.loads(HYPER_FILE.read_text())["agents"]
     print(
         f"instance {args.env}, K={args.arms}, |X|={args.contexts}; devices: {jax.local_devices()}"
     )
@@ -80,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{'agent':<12} {'seeds':>6} {'numpy dec/s':>12} {'jax dec.seeds/s':>16} "
         f"{'ratio':>8} {'compile s':>10}"
     )
-    for name, steps in (("npg-niw", args.npg_steps), ("cucb-theory", args.cucb_steps)):
+    steps_of = {"npg-niw": args.npg_steps, "cucb-tuned": args.cucb_steps}
+    for name in args.agents.split(","):
+        steps = steps_of[name]
         ref = _numpy_rate(name, env, args.numpy_steps, hypers[name])
         for s in seeds:
             rate, compile_s = _jax_rate(

@@ -95,11 +95,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.quick:
         args.envs, args.arms, args.steps, args.seeds = "E1,E4", "5,10", 2_000, 8
-    from rpg_jax.agents.registry import check_agent_name
+    from rpg_jax.agents.registry import check_agent_name, validate_agent
     from rpg_jax.envs import ENV_NAMES
 
     args.env_list = [env_name(e, ENV_NAMES) for e in args.envs.split(",") if e.strip()]
+    if not args.env_list:
+        raise UsageError(f"--envs names no environment: {args.envs!r}")
     args.arm_list = _int_list(args.arms, "--arms")
+    for flag, values in (("--envs", args.env_list), ("--arms", args.arm_list)):
+        if len(set(values)) != len(values):
+            raise UsageError(f"{flag} repeats a value: {values}")
     for k in args.arm_list:
         if k < 1:
             raise UsageError(f"--arms: K must be >= 1, got {k}")
@@ -112,6 +117,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.seed_start < 0:
         raise UsageError(f"--seed-start must be >= 0, got {args.seed_start}")
     args.agent_list = [check_agent_name(a) for a in args.agents.split(",") if a.strip()]
+    if not args.agent_list or len(set(args.agent_list)) != len(args.agent_list):
+        raise UsageError(f"--agents must name distinct agents, got {args.agents!r}")
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out} exists and is not a folder")
     args.cell_seed_map = {}
     for item in args.cell_seeds:
         try:
@@ -133,10 +142,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     hyper_path = Path(args.hyper)
     if not hyper_path.is_file():
         raise UsageError(f"--hyper file not found: {hyper_path}")
-    args.hyper_table = json.loads(hyper_path.read_text())["agents"]
+    try:
+        args.hyper_table = json.loads(hyper_path.read_text())["agents"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise UsageError(f"--hyper {hyper_path}: not a hyper-parameter file ({err})") from None
     for a in args.agent_list:
         if a != "cucb-theory" and a not in args.hyper_table:
             raise UsageError(f"no hyper-parameters for agent {a!r} in {hyper_path}")
+        for k in args.arm_list:  # builds the agents (no compilation): sizes and values
+            validate_agent(a, args.contexts, k + 1, args.hyper_table.get(a))
     return args
 
 

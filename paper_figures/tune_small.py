@@ -23,6 +23,7 @@ from pathlib import Path
 
 from paper_figures._common import env_name
 
+EVAL_SEEDS = range(0, 100)  # the figure's evaluation seeds: never used for tuning
 GRIDS = {
     "npg-niw": {"lr": [0.03, 0.1, 0.3, 1.0, 3.0], "age_bound": [60, 250, 1000, 4000, 32000]},
     "spg-niw": {"lr": [0.03, 0.1, 0.3, 1.0, 3.0], "age_bound": [60, 250, 1000, 4000, 32000]},
@@ -70,12 +71,28 @@ def main(argv: list[str] | None = None) -> int:
             text = getattr(args, f"{name}_grid")
             if text is None:
                 continue
-            values = [float(v) for v in text.split(",") if v.strip()]
+            flag = f"--{name.replace('_', '-')}-grid"
+            try:
+                values = [float(v) for v in text.split(",") if v.strip()]
+            except ValueError:
+                raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
             if not values:
-                raise ValueError(f"--{name.replace('_', '-')}-grid is empty")
+                raise ValueError(f"{flag} is empty")
             for g in grids.values():
                 if name in g:
                     g[name] = values
+        from rpg_jax.agents.registry import validate_agent
+
+        for a in agents:  # every grid value, before anything runs
+            for values in itertools.product(*grids[a].values()):
+                validate_agent(
+                    a, args.contexts, args.arms + 1, dict(zip(grids[a], values, strict=True))
+                )
+        if args.seed_start < EVAL_SEEDS.stop and args.seed_start + args.seeds > EVAL_SEEDS.start:
+            raise ValueError(
+                f"tuning seeds {args.seed_start}..{args.seed_start + args.seeds - 1} overlap the "
+                f"evaluation seeds {EVAL_SEEDS.start}..{EVAL_SEEDS.stop - 1}"
+            )
         if args.steps < 1 or args.seeds < 1 or args.arms < 1:
             raise ValueError(
                 f"steps, seeds and arms must be >= 1: {args.steps}, {args.seeds}, {args.arms}"

@@ -167,7 +167,19 @@ def rho_star_bruteforce(
 
 
 def rho_star(p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> float:
-    """Optimal reward rate ``rho_star`` (exact Dinkelbach), float."""
+    """Optimal reward rate ``rho_star = max_u rho(u)`` over deterministic stationary policies.
+
+    Args:
+      p: ``(C,)`` context probabilities; rbar: ``(C, A)`` mean rewards; dbar: ``(C, A)`` mean
+        durations (time units, > 0).
+
+    Returns:
+      ``rho_star`` as a Python float (reward per time unit), by exact Dinkelbach iteration
+      (:func:`rho_star_dinkelbach`; Dinkelbach, Management Science 13(7), 1967).
+
+    Raises:
+      ValueError: bad instance (see :func:`check_instance`).
+    """
     return rho_star_dinkelbach(p, rbar, dbar)[0]
 
 

@@ -124,8 +124,9 @@ def _validate(seeds: Sequence[int], n_steps: int) -> np.ndarray:
     seeds = np.asarray(seeds)
     if seeds.ndim != 1 or seeds.size < 1:
         raise ValueError(f"seeds must be a non-empty 1-D sequence, got shape {seeds.shape}")
-    if not np.issubdtype(seeds.dtype, np.integer) or np.any(seeds < 0):
-        raise ValueError(f"seeds must be non-negative integers, got {seeds.tolist()[:8]}")
+    if not np.issubdtype(seeds.dtype, np.integer) or np.any(seeds < 0) or np.any(seeds >= 2**32):
+        bad = [s for s in seeds.tolist() if not (isinstance(s, int) and 0 <= s < 2**32)][:8]
+        raise ValueError(f"seeds must be integers in [0, 2**32), got {bad or seeds.tolist()[:8]}")
     if not isinstance(n_steps, int | np.integer) or n_steps < 1:
         raise ValueError(f"n_steps must be a positive integer, got {n_steps!r}")
     return seeds.astype(np.int64)
@@ -149,7 +150,8 @@ def simulate(
       hyper: agent hyper-parameters (NamedTuple of scalars, shared by all seeds).
       params: environment parameters with a leading seed axis of length ``S`` (one permuted
         instance per seed, e.g. ``envs.make_trial_params``).
-      seeds: ``S`` non-negative ints; seed ``s`` owns key ``jax.random.key(s)``.
+      seeds: ``S`` distinct ints in ``[0, 2**32)``; seed ``s`` owns key ``jax.random.key(s)``
+        (repeats are allowed only with ``per_seed_hyper``, where each run has its own setting).
       n_steps: decisions per seed (>= 1).
       max_checkpoints: at most this many curve points (see :func:`checkpoint_grid`).
       shard: shard the seed axis over all local devices (padding to a multiple of the device
@@ -161,11 +163,16 @@ def simulate(
       :class:`SimResult`.
 
     Raises:
-      ValueError: bad seeds or steps, or ``params`` whose leading axis is not ``S`` (before any
-        compilation).
+      ValueError: bad or repeated seeds, bad steps or ``max_checkpoints``, or ``params`` whose
+        leading axis is not ``S`` (before any compilation).
     """
     seeds = _validate(seeds, n_steps)
     n_seeds = seeds.size
+    if not per_seed_hyper and np.unique(seeds).size != n_seeds:
+        dup = sorted({int(s) for s in seeds if np.count_nonzero(seeds == s) > 1})
+        raise ValueError(f"seeds must be distinct, repeated: {dup[:8]}")
+    if not isinstance(max_checkpoints, int) or max_checkpoints < 1:
+        raise ValueError(f"max_checkpoints must be a positive int, got {max_checkpoints!r}")
     lead = np.shape(params.p)[0] if np.ndim(params.p) == 2 else None
     if lead != n_seeds:
         raise ValueError(f"params must have a leading seed axis of length {n_seeds}, got {lead}")

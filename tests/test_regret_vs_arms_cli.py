@@ -23,12 +23,31 @@ from paper_figures import regret_vs_arms
         (["--agents", "npg,cucb-tuned"], "'npg'"),
         (["--agent-seeds", "npg-niw=0"], "got 0"),
         (["--hyper", "/nonexistent.json"], "/nonexistent.json"),
+        (["--envs", ","], "','"),
+        (["--envs", "E1,e1"], "repeats"),
+        (["--arms", "5,5"], "repeats"),
+        (["--arms", "100000"], "100001"),
+        (["--agents", "cucb-tuned", "--arms", "5", "--out", __file__], "not a folder"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(argv, needle, capsys):
     assert regret_vs_arms.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and needle in err
+
+
+def test_bad_hyper_files_exit_2(tmp_path, capsys):
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{agents:")
+    nan = tmp_path / "nan.json"
+    nan.write_text(json.dumps({"agents": {"cucb-tuned": {"c1": float("nan"), "c2": 0.1}}}))
+    for path, needle in ((empty, "empty.json"), (broken, "broken.json"), (nan, "c1")):
+        argv = ["--agents", "cucb-tuned", "--hyper", str(path)]
+        assert regret_vs_arms.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and needle in err
 
 
 def test_usage_error_from_a_real_process():

@@ -87,15 +87,18 @@ def test_uniform_pseudo_regret_matches_closed_form():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "n_params, kwargs, match",
     [
-        ({"seeds": [], "n_steps": 10}, "seeds"),
-        ({"seeds": [-1], "n_steps": 10}, "-1"),
-        ({"seeds": [0], "n_steps": 0}, "n_steps"),
-        ({"seeds": [0, 1], "n_steps": 10}, "leading seed axis"),
+        (1, {"seeds": [], "n_steps": 10}, "seeds"),
+        (1, {"seeds": [-1], "n_steps": 10}, "-1"),
+        (1, {"seeds": [0], "n_steps": 0}, "n_steps"),
+        (1, {"seeds": [0, 1], "n_steps": 10}, "leading seed axis"),
+        (1, {"seeds": [2**32], "n_steps": 10}, "4294967296"),
+        (2, {"seeds": [3, 3], "n_steps": 10}, r"repeated: \[3\]"),
+        (1, {"seeds": [0], "n_steps": 10, "max_checkpoints": 0}, "max_checkpoints"),
     ],
 )
-def test_bad_input_raises_before_compiling(kwargs, match):
-    params = make_trial_params("E1", 5, 4, [0])
+def test_bad_input_raises_before_compiling(n_params, kwargs, match):
+    params = make_trial_params("E1", 5, 4, list(range(n_params)))
     with pytest.raises(ValueError, match=match):
         simulate(make_uniform_agent(6), NoHyper(), params, **kwargs)

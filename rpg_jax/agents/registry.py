@@ -18,7 +18,7 @@ from rpg_jax.agents.base import Agent
 from rpg_jax.agents.cucb import CUCBHyper, make_cucb, theory_constants
 from rpg_jax.agents.npg import PGHyper, make_pg_agent
 
-__all__ = ["AGENT_NAMES", "check_agent_name", "make_agent"]
+__all__ = ["AGENT_NAMES", "check_agent_name", "make_agent", "validate_agent"]
 
 AGENT_NAMES = ("npg-niw", "spg-niw", "cucb-tuned", "cucb-theory", "cucb-sampled")
 
@@ -30,12 +30,37 @@ def check_agent_name(name: str) -> str:
     return name
 
 
+def _check_positive(name: str, values: dict[str, float], allow_zero: tuple[str, ...] = ()) -> None:
+    """Raise ``ValueError`` naming the first hyper-parameter that is not finite and > 0
+    (``>= 0`` for names in ``allow_zero``)."""
+    for key, v in values.items():
+        ok = np.isfinite(v) and (v >= 0 if key in allow_zero else v > 0)
+        if not ok:
+            bound = ">= 0" if key in allow_zero else "> 0"
+            raise ValueError(
+                f"agent {name!r}: hyper-parameter {key} must be finite and {bound}, got {v}"
+            )
+
+
 @functools.lru_cache(maxsize=64)
 def _build(name: str, n_contexts: int, n_actions: int) -> Agent:
     """One Agent object per (name, C, A), so the simulator's compiled code is reused."""
     if name in ("npg-niw", "spg-niw"):
         return make_pg_agent(n_contexts, n_actions, natural=(name == "npg-niw"))
     return make_cucb(n_contexts, n_actions, exact=(name != "cucb-sampled"))
+
+
+def validate_agent(
+    name: str, n_contexts: int, n_actions: int, hyper: Mapping[str, float] | None = None
+) -> None:
+    """Check that agent ``name`` can be built for this size with these hyper-parameters, without
+    compiling anything (``cucb-theory`` takes its constants from the means, so ``hyper`` is not
+    needed for it). Raises ``ValueError`` as :func:`make_agent` does."""
+    check_agent_name(name)
+    if name == "cucb-theory":
+        _build(name, n_contexts, n_actions)
+    else:
+        make_agent(name, n_contexts, n_actions, hyper)
 
 
 def make_agent(
@@ -62,7 +87,8 @@ def make_agent(
       NamedTuple the agent takes and as plain floats for the CSV.
 
     Raises:
-      ValueError: unknown name, missing hyper-parameters or means.
+      ValueError: unknown name, missing hyper-parameters or means, a hyper-parameter that is not
+        finite and positive (``c2`` may be 0), or too many policies for exact C-UCB.
     """
     check_agent_name(name)
     hyper = dict(hyper or {})
@@ -72,6 +98,7 @@ def make_agent(
             raise ValueError(f"agent {name!r} needs hyper-parameters {sorted(missing)}")
         agent = _build(name, n_contexts, n_actions)
         used = {"lr": float(hyper["lr"]), "age_bound": float(hyper["age_bound"])}
+        _check_positive(name, used)
         return (
             agent,
             PGHyper(lr=jnp.asarray(used["lr"], dtype), age_bound=jnp.asarray(used["age_bound"])),
@@ -87,6 +114,7 @@ def make_agent(
         if missing:
             raise ValueError(f"agent {name!r} needs hyper-parameters {sorted(missing)}")
         used = {"c1": float(hyper["c1"]), "c2": float(hyper["c2"])}
+        _check_positive(name, used, allow_zero=("c2",))
     agent = _build(name, n_contexts, n_actions)
     return (
         agent,

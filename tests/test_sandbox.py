@@ -224,7 +224,11 @@ def _run_fault(code: str) -> str:
 def test_local_executor_survives_faults_and_keeps_order():
     with LocalExecutor(max_workers=2) as ex:
         statuses = ex.map(_run_fault, FAULTS)
-        assert statuses == ["timeout", "error", "oom", "error", "timeout"]
+        assert statuses[:4] == ["timeout", "error", "oom", "error"]
+        # The fork bomb ends as "timeout" when the first process's forks succeed and it sleeps, or
+        # "error" when a fork of the first process hits the process limit and it raises: which
+        # one happens first depends on scheduling (seen both under load).
+        assert statuses[4] in ("timeout", "error")
         assert ex.map(_square_in_sandbox, [3, 4, 5]) == [("ok", "9"), ("ok", "16"), ("ok", "25")]
 
 

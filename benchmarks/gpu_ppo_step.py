@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     row = (
         f"| {time.strftime('%Y-%m-%d')} | {name} ({n_params / 1e9:.2f} B params) | {dev} | "
         f"{args.batch} x ({args.prompt_len} + {args.response_len}) | {peak:.1f} | "
-        f"{tokens_per_s:.0f} | {step_s:.1f} | {stats['kl']:.2g} |"
+        f"{tokens_per_s:.4g} | {step_s:.3g} | {stats['kl']:.2g} |"
     )
     print(
         "| date | model | device | batch x (prompt + response) | peak GPU GiB | gen tokens/s "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -92,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 200:
         print(f"error: --steps must be >= 200, got {args.steps}", file=sys.stderr)
+        return 2
+    if args.seed < 0:
+        print(f"error: --seed must be >= 0, got {args.seed}", file=sys.stderr)
+        return 2
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"error: --out {args.out} exists and is not a folder", file=sys.stderr)
         return 2
     curves, slopes = compute(args.steps, args.seed)
     folder = out_dir(args.out, NAME)

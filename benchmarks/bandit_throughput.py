@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit
 
 import jax  # noqa: E402
 
@@ -29,11 +30,11 @@ from rpg_jax.config import setup_jax  # noqa: E402
 setup_jax()
 
 
-from rpg_jax.agents.numpy_ref_cucb import run_cucb_numpy  # noqa: E402
-from rpg_jax.agents.numpy_ref_npg import run_npg_numpy  # noqa: E402
 from rpg_jax.agents.registry import make_agent  # noqa: E402
 from rpg_jax.envs import make_reference_env, make_trial_params  # noqa: E402
 from rpg_jax.simulate import simulate  # noqa: E402
+from testkit.numpy_ref_cucb import run_cucb_numpy  # noqa: E402
+from testkit.numpy_ref_npg import run_npg_numpy  # noqa: E402
 
 HYPER_FILE = Path(__file__).resolve().parents[1] / "paper_figures" / "hyper_small.json"
 

@@ -25,8 +25,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rpg_llm.policy import Policy, build_tiny_model, generate, load_policy  # noqa: E402
+from rpg_llm.policy import Policy, generate, load_policy  # noqa: E402
 from rpg_llm.ppo import PPOBatch, PPOConfig, PPOTrainer  # noqa: E402
+from testkit.tiny_model import build_tiny_model  # noqa: E402
 
 # Qwen3.5-4B-like text shape (hybrid: 3 Gated-DeltaNet layers per full-attention layer)
 QWEN35_4B_SHAPE = dict(

@@ -40,7 +40,7 @@ def overhead(metrics: list[dict]) -> dict[str, float]:
 
 def _fresh_run(folder: Path) -> Path:
     from rpg_llm.loop import LoopConfig, train
-    from rpg_llm.policy import build_tiny_model
+    from testkit.tiny_model import build_tiny_model
 
     model = build_tiny_model(folder / "tiny")
     cfg = LoopConfig(

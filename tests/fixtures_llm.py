@@ -17,7 +17,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny randomly initialised qwen3_5_text model + byte-level BPE tokenizer (built in ~1 s)."""
-    from rpg_llm.policy import build_tiny_model
+    from testkit.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model") / "tiny", seed=0)
 

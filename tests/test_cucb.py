@@ -20,7 +20,7 @@ from rpg_jax.agents.cucb_lambda import (
     lambda_exact_bruteforce,
     log1p_int_power,
 )
-from rpg_jax.agents.numpy_ref_cucb import CUCBNumpy, lambda_numpy
+from testkit.numpy_ref_cucb import CUCBNumpy, lambda_numpy
 
 # ---------------------------------------------------------------- helpers
 

@@ -312,7 +312,7 @@ def test_npg_niw_learns_on_e1():
 @pytest.mark.slow
 def test_jax_matches_numpy_reference_in_distribution():
     """Same settings, 32 seeds each: final pseudo-regret means agree within 4 standard errors."""
-    from rpg_jax.agents.numpy_ref_npg import run_npg_numpy
+    from testkit.numpy_ref_npg import run_npg_numpy
 
     params = _e1_params()
     n_seeds, n_steps, lr, age, nb = 32, 1000, 1.0, 500, 250
@@ -332,7 +332,7 @@ def test_jax_matches_numpy_reference_in_distribution():
 def test_numpy_niw_matches_jax_estimator():
     """The NumPy reference's NIW refits equal rpg_jax.estimator.update to 1e-10 (float64)."""
     est = pytest.importorskip("rpg_jax.estimator")
-    from rpg_jax.agents.numpy_ref_npg import niw_init, niw_update
+    from testkit.numpy_ref_npg import niw_init, niw_update
 
     rng = np.random.default_rng(4)
     S = 16
@@ -352,7 +352,7 @@ def test_numpy_niw_matches_jax_estimator():
 
 def test_numpy_estimate_matches_jax_within_mc_error():
     est = pytest.importorskip("rpg_jax.estimator")
-    from rpg_jax.agents.numpy_ref_npg import niw_estimate, niw_init, niw_update
+    from testkit.numpy_ref_npg import niw_estimate, niw_init, niw_update
 
     rng = np.random.default_rng(5)
     slot_d = rng.uniform(0.8, 2.5, 128)
@@ -369,7 +369,7 @@ def test_numpy_estimate_matches_jax_within_mc_error():
 
 def test_numpy_reference_oracle_like_npg_learns():
     """The NumPy loop counts refits and, at lr = 1, beats the uniform policy clearly."""
-    from rpg_jax.agents.numpy_ref_npg import run_npg_numpy
+    from testkit.numpy_ref_npg import run_npg_numpy
 
     params = _e1_params()
     out = run_npg_numpy(params, 1200, 1.0, 500, 0, num_batches=50)
@@ -379,7 +379,7 @@ def test_numpy_reference_oracle_like_npg_learns():
 
 
 def test_numpy_reference_rejects_bad_input():
-    from rpg_jax.agents.numpy_ref_npg import run_npg_numpy
+    from testkit.numpy_ref_npg import run_npg_numpy
 
     with pytest.raises(ValueError, match="n_steps"):
         run_npg_numpy(_e1_params(), 0, 1.0, 60, 0)

@@ -177,7 +177,7 @@ def run_cucb_numpy(
       n_steps: number of decisions ``n``; c1, c2: C-UCB constants; seed: ``default_rng`` seed.
       exact, num_sampled_policies, dtype: as in :class:`CUCBNumpy`.
       sample: ``(x, a, rng) -> (r, delta)``; default
-        ``rpg_jax.agents.numpy_ref_npg.sample_env_numpy`` on ``params``.
+        ``testkit.numpy_ref_npg.sample_env_numpy`` on ``params``.
 
     Returns:
       dict with ``regret`` (``rho_star sum delta - sum r``), ``pseudo_regret`` (``sum GAP``),
@@ -194,7 +194,7 @@ def run_cucb_numpy(
     gap = getattr(params, "gap", None)
     gap = np.asarray(gap, np.float64) if gap is not None else rates.gaps(p, rbar, dbar)
     if sample is None:
-        from rpg_jax.agents.numpy_ref_npg import sample_env_numpy
+        from testkit.numpy_ref_npg import sample_env_numpy
 
         sample = lambda x, a, rng: sample_env_numpy(params, x, a, rng)  # noqa: E731
     C, A = rbar.shape

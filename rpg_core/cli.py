@@ -1,0 +1,85 @@
+"""One command-line convention for every ``python -m`` entry point of the project.
+
+* A usage error (a bad flag or value) prints one line ``<prog>: error: <message>`` on stderr and
+  exits with status 2; the message names the flag and the value the user typed.
+* Any other failure prints one line ``<prog>: <ExceptionType>: <message>`` and exits with status 1,
+  without a traceback (``RPG_TRACEBACK=1`` in the environment re-raises it for debugging).
+* Ctrl-C exits 130.
+
+Usage::
+
+    from rpg_core.cli import ArgumentParser, UsageError, run_cli
+
+    def main(argv=None) -> int:
+        return run_cli("python -m pkg.mod", _main, argv)
+
+where ``_main(argv)`` builds an :class:`ArgumentParser`, raises :class:`UsageError` for values that
+parse but are not allowed, and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+__all__ = ["ArgumentParser", "UsageError", "run_cli", "usage_check"]
+
+
+class UsageError(ValueError):
+    """A command-line value that is not allowed; the message names the flag and the value."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An ``argparse`` parser whose errors raise :class:`UsageError` instead of exiting.
+
+    ``--help`` still prints the help and exits 0.
+    """
+
+    def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse's signature
+        raise UsageError(message)
+
+
+def usage_check(ok: bool, message: str) -> None:
+    """Raise :class:`UsageError` with ``message`` unless ``ok``."""
+    if not ok:
+        raise UsageError(message)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split()) or "(no message)"
+
+
+def run_cli(
+    prog: str, main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
+) -> int:
+    """Run ``main(argv)`` under the project's exit-status convention (module docstring).
+
+    Args:
+        prog: the name printed before every message, e.g. ``"python -m rpg_llm.run"``.
+        main: the command; returns an exit status (``None`` counts as 0).
+        argv: arguments without the program name (``None``: ``sys.argv[1:]``).
+
+    Returns:
+        0 (or ``main``'s own status) on success, 2 on a usage error, 1 on any other failure,
+        130 on Ctrl-C.
+    """
+    try:
+        status = main(argv)
+    except UsageError as err:
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as err:  # argparse --help / --version, or an explicit sys.exit
+        code = err.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except Exception as err:  # noqa: BLE001 - the convention: one line, no traceback
+        if os.environ.get("RPG_TRACEBACK"):
+            raise
+        print(f"{prog}: {type(err).__name__}: {_one_line(err)}", file=sys.stderr)
+        return 1
+    return 0 if status is None else int(status)

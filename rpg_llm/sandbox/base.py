@@ -8,6 +8,7 @@ time of the child from start to exit in seconds (paper section 4: the action's d
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -17,9 +18,19 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 STATUSES = ("ok", "timeout", "oom", "error")
+"""What a script's run may end as; a sandbox that itself fails raises ``SandboxError`` instead."""
 
 GiB = 1024**3
 MiB = 1024**2
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the script): e.g. bubblewrap could not set up the namespaces
+    or mounts, no private uid is free, ``setpriv`` is missing, no docker engine answers.
+
+    ``rpg_llm.execute.run_and_grade`` turns it (and an ``OSError`` raised while launching) into
+    the outcome status ``"infra"``, which is never charged to the script.
+    """
 
 
 @dataclass(frozen=True)
@@ -31,13 +42,19 @@ class SandboxLimits:
         ``MemoryError`` in Python and the run is classified ``"oom"``.
       nproc: processes + threads the child may own (``RLIMIT_NPROC``, counted per uid; see
         ``identity.py`` for how a private uid makes this effective when the host runs as root).
-      fsize_bytes: largest file the child may write (``RLIMIT_FSIZE``).
+      fsize_bytes: largest file the child may write (``RLIMIT_FSIZE``; at most ``disk_bytes``).
+      disk_bytes: total bytes of disk the run may fill: blocks allocated in its working folder
+        (the data at ``./input`` not counted) plus, under the subprocess backend with a private
+        uid, the uid's files in the world-writable host folders.  Checked about every 0.25 s;
+        past it the process group is killed (status ``"error"``, ``"disk limit exceeded"``), so a
+        run can overshoot by what it writes in 0.25 s (bounded per file by ``fsize_bytes``).
       nofile: open file descriptors (``RLIMIT_NOFILE``).
       threads: value of OMP/MKL/OpenBLAS/... thread-count variables.
       capture_bytes: bytes kept per stream (first half and last half of the output).
       output_limit_bytes: total bytes on stdout+stderr after which the child is killed (status
         ``"error"``), so an output flood ends early and uses bounded memory.
-      tmpfs_bytes: size of the private ``/tmp`` (bubblewrap only).
+      tmpfs_bytes: size of each private tmpfs, ``/tmp`` and ``/dev/shm`` (bubblewrap only; memory,
+        not disk, so not counted in ``disk_bytes``).
       workdir_root: parent folder of the fresh working folders (default: ``<tmp>/rpg-sandbox``).
       python: interpreter that runs solutions (default: this interpreter).
       drop_privileges: when the host process is root, run children as a private uid from a pool
@@ -50,6 +67,7 @@ class SandboxLimits:
     memory_bytes: int = 2 * GiB
     nproc: int = 128
     fsize_bytes: int = 1 * GiB
+    disk_bytes: int = 1 * GiB
     nofile: int = 1024
     threads: int = 1
     capture_bytes: int = 1 * MiB
@@ -64,6 +82,7 @@ class SandboxLimits:
             "memory_bytes",
             "nproc",
             "fsize_bytes",
+            "disk_bytes",
             "nofile",
             "threads",
             "capture_bytes",
@@ -82,6 +101,8 @@ class ExecResult:
     Attributes:
       status: ``"ok" | "timeout" | "oom" | "error"`` (grading may turn ``ok`` into ``invalid``).
       delta: wall time of the child from start to exit, seconds (float).
+      cpu_s: CPU seconds (user + system) of the script and the children it waited for
+        (``None``: not measured, e.g. docker).
       returncode: exit status (negative: killed by that signal), ``None`` if it never started.
       stdout, stderr: captured output, capped (first and last ``capture_bytes / 2`` bytes).
       outcome_text: short text for the policy, e.g. ``"timeout after 60 s"``,
@@ -97,6 +118,7 @@ class ExecResult:
     outcome_text: str
     workdir: Path
     backend: str = field(default="", compare=False)
+    cpu_s: float | None = field(default=None, compare=False)
 
     @property
     def submission_path(self) -> Path:
@@ -119,6 +141,34 @@ class Sandbox(Protocol):
     ) -> ExecResult:
         """Run ``code`` with ``input_dir`` read-only at ``./input``; see the module docstring."""
         ...
+
+
+def allocated_bytes(path: Path, skip: Path | None = None) -> int:
+    """Bytes of disk allocated (``st_blocks * 512``) under ``path``, links not followed.
+
+    ``skip`` (e.g. the working folder's ``input``) is left out.  Entries that vanish during the
+    walk are ignored.
+    """
+    total = 0
+    stack = [str(path)]
+    skip_s = str(skip) if skip is not None else None
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.path == skip_s:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += st.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    return total
 
 
 def remove_tree(path: Path) -> None:
@@ -215,11 +265,13 @@ def classify(
     timeout_s: float,
     flooded: bool,
     output_limit_bytes: int,
+    killed_for: str | None = None,
 ) -> tuple[str, str]:
     """Map how a child ended to ``(status, outcome_text)``.
 
     Rules, in order: killed for the wall-clock limit -> ``timeout``; killed for an output flood ->
-    ``error``; exit 0 -> ``ok``; a memory-error message on stderr or an unexplained SIGKILL (the
+    ``error``; killed for another limit (``killed_for``, e.g. the disk limit) -> ``error`` with that
+    reason; exit 0 -> ``ok``; a memory-error message on stderr or an unexplained SIGKILL (the
     kernel's OOM killer) -> ``oom``; anything else -> ``error`` with the exception type, line and
     message when stderr holds a Python traceback.
     """
@@ -227,6 +279,8 @@ def classify(
         return "timeout", f"timeout after {timeout_s:g} s"
     if flooded:
         return "error", f"output limit exceeded: more than {output_limit_bytes} bytes written"
+    if killed_for is not None:
+        return "error", killed_for
     if returncode == 0:
         return "ok", "ok"
     exc = describe_exception(stderr)

@@ -19,7 +19,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rpg_llm.sandbox.base import ExecResult, SandboxLimits, remove_tree, validate_run_args
+from rpg_llm.sandbox.base import (
+    ExecResult,
+    SandboxError,
+    SandboxLimits,
+    remove_tree,
+    validate_run_args,
+)
 from rpg_llm.sandbox.process import THREAD_VARS, CappedStream, RawRun
 from rpg_llm.sandbox.subprocess_backend import to_result
 from rpg_llm.sandbox.workdir import SCRIPT_NAME, new_workdir
@@ -31,17 +37,17 @@ def docker_client(timeout: float = 5.0) -> Any:
     """A connected ``docker.DockerClient``.
 
     Raises:
-      RuntimeError: the ``docker`` package is missing or no engine answers (message says which).
+      SandboxError: the ``docker`` package is missing or no engine answers (message says which).
     """
     try:
         import docker
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise RuntimeError("the docker SDK is not installed (pip install docker)") from exc
+        raise SandboxError("the docker SDK is not installed (pip install docker)") from exc
     try:
         client = docker.from_env(timeout=int(max(timeout, 1)))
         client.ping()
     except Exception as exc:  # the SDK raises several types when no engine is reachable
-        raise RuntimeError(f"no docker engine answers: {exc}") from exc
+        raise SandboxError(f"no docker engine answers: {exc}") from exc
     return client
 
 
@@ -79,7 +85,7 @@ class DockerSandbox:
 
         Raises:
           ValueError: bad arguments (before anything is started).
-          RuntimeError: no docker engine answers.
+          SandboxError: no docker engine answers.
         """
         input_dir = validate_run_args(code, input_dir, timeout_s)
         client = docker_client()

@@ -6,7 +6,9 @@ root child is unbounded.  When the host is root, every run borrows a uid from a 
 lock file so that concurrent runs in other processes (a process pool, Ray workers) never share one.
 The uid owns only the working folder, so it cannot write elsewhere, and its process limit is its
 own.  After the run every process still owned by the uid is killed (``kill(-1, SIGKILL)`` sent
-as that uid), which also reaches grandchildren that left the process group.
+from a forked child that switched to that uid), which also reaches grandchildren that left the
+process group, and the files it left in world-writable host folders (``/tmp``, ``/var/tmp``,
+``/dev/shm``, ``/run/lock``) are deleted.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import random
 import shutil
 import signal
 import stat
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from rpg_llm.sandbox.base import SandboxError
 
 UID_BASE = 2_000_000
 UID_COUNT = 512
@@ -68,22 +71,27 @@ def first_unreachable_ancestor(path: Path) -> Path | None:
 
 
 def _scan(uid: int) -> list[tuple[int, int]]:
-    """``(pid, threads)`` of every process whose real uid is ``uid`` (read from ``/proc``)."""
+    """``(pid, threads)`` of every live process whose real uid is ``uid`` (read from ``/proc``).
+
+    Zombies (state ``Z``: already dead, waiting to be reaped by their parent) are not counted.
+    """
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/status", "rb") as fh:
-                owner, threads = None, 1
+                owner, threads, zombie = None, 1, False
                 for line in fh:
-                    if line.startswith(b"Uid:"):
+                    if line.startswith(b"State:"):
+                        zombie = line.split()[1] in (b"Z", b"X")
+                    elif line.startswith(b"Uid:"):
                         owner = int(line.split()[1])
                         if owner != uid:
                             break
                     elif line.startswith(b"Threads:"):
                         threads = int(line.split()[1])
-                if owner == uid:
+                if owner == uid and not zombie:
                     found.append((int(entry.name), threads))
         except (OSError, ValueError, IndexError):
             continue
@@ -91,36 +99,66 @@ def _scan(uid: int) -> list[tuple[int, int]]:
 
 
 def processes_of_uid(uid: int) -> list[int]:
-    """Pids whose real uid is ``uid`` (read from ``/proc``)."""
+    """Pids of the live processes whose real uid is ``uid`` (read from ``/proc``)."""
     return [pid for pid, _ in _scan(uid)]
 
 
-def kill_uid(uid: int, attempts: int = 20) -> bool:
+def signal_all_as(uid: int, signum: int = signal.SIGKILL) -> int:
+    """Send ``signum`` to every process ``uid`` may signal, from a forked child running as ``uid``.
+
+    POSIX ``kill(-1, sig)`` sent by an unprivileged uid reaches every process with that real or
+    saved uid (all of the run's processes, also those that called ``setsid`` or were re-parented),
+    and none of anyone else's.  The forked child switches gid then uid (``setresgid`` /
+    ``setresuid``, so no privilege is left to reach other processes), signals, and exits with 0
+    when ``kill`` succeeded, 3 when it found no process (``ESRCH``), 4 when switching uid failed.
+    No external ``kill`` program is used (procps-ng 4.0.2 rejects ``kill -s KILL -- -1``).
+
+    Returns:
+      The forked child's exit status (0, 3 or 4; 5 for an unexpected error).
+
+    Raises:
+      ValueError: ``uid`` is 0 (that would signal every process of the machine).
+    """
+    if uid == 0:
+        raise ValueError("refusing to signal every process as uid 0")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the forked child
+        code = 5
+        try:
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+            except OSError:
+                code = 4
+            else:
+                try:
+                    os.kill(-1, signum)
+                    code = 0
+                except ProcessLookupError:
+                    code = 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def kill_uid(uid: int, attempts: int = 50) -> bool:
     """Kill every process of ``uid``; returns True when none is left.
 
-    ``kill -9 -1`` run as ``uid`` reaches every process that uid may signal (all of its own,
-    including ones that called ``setsid``); repeated until ``/proc`` shows none, since a fork bomb
-    may create processes while the signal is delivered.
+    ``kill(-1, SIGKILL)`` sent as ``uid`` (``signal_all_as``) reaches every process that uid may
+    signal (all of its own, including ones that called ``setsid``); repeated until ``/proc`` shows
+    none alive, since a fork bomb may create processes while the signal is delivered.
+
+    Raises:
+      ValueError: ``uid`` is 0.
     """
     if uid == 0:
         raise ValueError("refusing to kill every process of uid 0")
-    kill_bin = shutil.which("kill") or "/bin/kill"
     for _ in range(attempts):
         if not processes_of_uid(uid):
             return True
-        try:
-            subprocess.run(
-                [kill_bin, "-s", "KILL", "--", "-1"],
-                user=uid,
-                group=uid,
-                extra_groups=[],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=10,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
+        if signal_all_as(uid) == 4:  # could not switch uid: signal the pids found one by one
             for pid in processes_of_uid(uid):
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -130,14 +168,77 @@ def kill_uid(uid: int, attempts: int = 20) -> bool:
     return not processes_of_uid(uid)
 
 
+WORLD_WRITABLE = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path("/run/lock"))
+"""Host folders any uid may write (sticky, mode 1777 on Debian); searched by ``remove_files_of``."""
+
+
+def files_of_uid(uid: int, roots: tuple[Path, ...] = WORLD_WRITABLE) -> list[Path]:
+    """Top-most entries owned by ``uid`` under ``roots`` (symbolic links are not followed).
+
+    A uid without groups can create entries only in folders writable by "other" or owned by it,
+    so the walk descends only into such folders (and skips the rest): every file the uid could
+    leave there is found without walking all of ``/tmp``.
+    """
+    found: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+
+    def walk(folder: Path) -> None:
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) in seen:
+            return
+        seen.add((st.st_dev, st.st_ino))
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                est = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if est.st_uid == uid:
+                found.append(Path(entry.path))
+            elif stat.S_ISDIR(est.st_mode) and est.st_mode & stat.S_IWOTH:
+                walk(Path(entry.path))
+
+    for root in roots:
+        if root.is_dir():
+            walk(Path(os.path.realpath(root)))
+    return found
+
+
+def remove_files_of(uid: int, roots: tuple[Path, ...] = WORLD_WRITABLE) -> list[Path]:
+    """Delete what ``uid`` left in the world-writable host folders ``roots``; returns the paths.
+
+    Raises:
+      ValueError: ``uid`` is 0.
+    """
+    if uid == 0:
+        raise ValueError("refusing to remove every file of uid 0")
+    found = files_of_uid(uid, roots)
+    for path in found:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink()
+        except OSError:
+            pass
+    return found
+
+
 @contextmanager
 def borrowed_uid(lock_dir: Path = LOCK_DIR) -> Iterator[int]:
     """Hold a private uid from the pool for the duration of the ``with`` block.
 
-    The uid is free of processes on entry and on exit (leftovers of a crashed run are killed).
+    The uid is free of processes on entry and on exit (leftovers of a crashed run are killed), and
+    what it left in the world-writable host folders (``WORLD_WRITABLE``) is deleted on both.
 
     Raises:
-      RuntimeError: every uid of the pool is held (more than ``UID_COUNT`` concurrent runs).
+      SandboxError: every uid of the pool is held (more than ``UID_COUNT`` concurrent runs).
     """
     lock_dir.mkdir(parents=True, exist_ok=True)
     start = random.randrange(UID_COUNT)
@@ -151,13 +252,15 @@ def borrowed_uid(lock_dir: Path = LOCK_DIR) -> Iterator[int]:
             continue
         try:
             kill_uid(uid)
+            remove_files_of(uid)
             yield uid
         finally:
             kill_uid(uid)
+            remove_files_of(uid)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
         return
-    raise RuntimeError(f"all {UID_COUNT} sandbox uids are in use (lock folder {lock_dir})")
+    raise SandboxError(f"all {UID_COUNT} sandbox uids are in use (lock folder {lock_dir})")
 
 
 def nproc_limit(limit: int, uid: int | None) -> int:
@@ -180,11 +283,11 @@ def setpriv_prefix(uid: int, *, read_search: bool = False) -> list[str]:
     working folder, and its process limit still applies.
 
     Raises:
-      RuntimeError: ``setpriv`` is not installed.
+      SandboxError: ``setpriv`` is not installed.
     """
     exe = shutil.which("setpriv")
     if exe is None:
-        raise RuntimeError("setpriv (util-linux) is needed to run children under a private uid")
+        raise SandboxError("setpriv (util-linux) is needed to run children under a private uid")
     cmd = [exe, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "--no-new-privs"]
     if read_search:
         cmd += [

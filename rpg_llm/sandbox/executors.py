@@ -9,7 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
@@ -64,6 +64,40 @@ class LocalExecutor:
         if not items:
             return []
         return list(self._get_pool().map(fn, items))
+
+    def map_settled(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R | BaseException]:
+        """Like ``map``, but each item's exception (e.g. ``BrokenProcessPool`` when a worker
+        process died) is returned in its place instead of raised, so the other results survive.
+
+        After a broken pool the workers are replaced (the next call starts fresh ones).
+        """
+        items = list(items)
+        if not items:
+            return []
+        pool = self._get_pool()
+        out: list[R | BaseException] = []
+        try:
+            futures = [pool.submit(fn, x) for x in items]
+        except BrokenExecutor as exc:
+            self._discard_pool()
+            return [exc] * len(items)
+        broken = False
+        for fut in futures:
+            try:
+                out.append(fut.result())
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller per item
+                if isinstance(exc, KeyboardInterrupt | SystemExit):
+                    raise
+                broken = broken or isinstance(exc, BrokenExecutor)
+                out.append(exc)
+        if broken:
+            self._discard_pool()
+        return out
+
+    def _discard_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def shutdown(self) -> None:
         """Stop the workers (a later ``map`` starts new ones)."""

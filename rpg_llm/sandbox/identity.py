@@ -110,7 +110,8 @@ def signal_all_as(uid: int, signum: int = signal.SIGKILL) -> int:
     saved uid (all of the run's processes, also those that called ``setsid`` or were re-parented),
     and none of anyone else's.  The forked child switches gid then uid (``setresgid`` /
     ``setresuid``, so no privilege is left to reach other processes), signals, and exits with 0
-    when ``kill`` succeeded, 3 when it found no process (``ESRCH``), 4 when switching uid failed.
+    when ``kill`` ran (Linux returns success even when every process was out of reach), 3 on
+    ``ESRCH`` (no other process at all), 4 when switching uid failed.
     No external ``kill`` program is used (procps-ng 4.0.2 rejects ``kill -s KILL -- -1``).
 
     Returns:

@@ -3,7 +3,10 @@
 Prints, per backend, the median extra wall time of ``python -c pass`` run through the sandbox
 (``Sandbox.run`` on an empty script, including the fresh working folder, the data copy or bind,
 limits and cleanup) over the same interpreter started bare with ``subprocess.run``; target
-<= 150 ms for subprocess and bubblewrap.  Then the speed-up of a batch of CPU-bound scripts run
+<= 150 ms for subprocess and bubblewrap.  Bubblewrap is measured twice: as used (hiding the
+answer sources of ``leaks.answer_sources()``, one mount each) and with
+``hide_answer_sources=False``,
+so the cost of the hiding is printed.  Then the speed-up of a batch of CPU-bound scripts run
 with a 2-worker ``LocalExecutor`` over a 1-worker one (target >= 1.8x on an otherwise idle
 2-core machine; 1- and 2-worker batches alternate and the median ratio is reported, since other
 load on the machine lowers it).
@@ -22,9 +25,10 @@ import time
 from functools import partial
 from pathlib import Path
 
-from rpg_llm.sandbox import LocalExecutor, make_sandbox
+from rpg_llm.sandbox import BwrapSandbox, LocalExecutor, make_sandbox
 from rpg_llm.sandbox.bwrap_backend import bwrap_path
 from rpg_llm.sandbox.docker_backend import docker_client
+from rpg_llm.sandbox.leaks import answer_sources
 
 CPU_SCRIPT = """
 import time
@@ -78,10 +82,14 @@ def main() -> None:
         (data / "train.csv").write_text("x,y\n" + "1,2\n" * 1000)
         python = sys.executable
         sandboxes = {k: make_sandbox(k) for k in kinds}
+        if "bwrap" in sandboxes:
+            sandboxes["bwrap-nohide"] = BwrapSandbox(hide_answer_sources=False)
+            kinds.append("bwrap-nohide")
+            print(f"bwrap hides {len(answer_sources())} answer-source paths")
         for sb in sandboxes.values():  # warm the page cache
             sandbox_seconds(sb, data)
         bare_seconds(python)
-        samples: dict[str, list[float]] = {"bare": []} | {k: [] for k in kinds}
+        samples: dict[str, list[float]] = {"bare": []} | {k: [] for k in sandboxes}
         for _ in range(args.repeats):  # interleaved so that load changes hit all alike
             samples["bare"].append(bare_seconds(python))
             for k, sb in sandboxes.items():
@@ -93,7 +101,7 @@ def main() -> None:
             extra = 1000 * (med - bare)
             target = "" if k == "docker" else " (target <= 150)"
             verdict = "" if k == "docker" else (" OK" if extra <= 150 else " ABOVE TARGET")
-            print(f"{k:>10}: median {1000 * med:.1f} ms, extra {extra:.1f} ms{target}{verdict}")
+            print(f"{k:>12}: median {1000 * med:.1f} ms, extra {extra:.1f} ms{target}{verdict}")
         if docker_reason:
             print(f"    docker: skipped ({docker_reason})")
 

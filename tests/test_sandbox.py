@@ -296,7 +296,6 @@ print(int(sum(batch[0].sum() for batch in loader)))
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["subprocess", "bwrap"])
 @pytest.mark.parametrize(
     ("code", "expected"),

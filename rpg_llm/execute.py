@@ -10,7 +10,7 @@ the script (the loop masks it out of PPO and out of the reward-rate estimator, a
 masks infrastructure failures).
 
 CLI: ``python -m rpg_llm.execute SCRIPT --task NAME [--sandbox auto] [--timeout 60]`` runs one
-script and prints its outcome, delta, CPU seconds and score.
+script and prints its outcome, delta, CPU seconds and score (exit 1 when the outcome is ``infra``).
 """
 
 from __future__ import annotations
@@ -271,11 +271,13 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"score: {score}")
         print(f"raw_reward: {outcome.raw_reward:.6g}")
         print(f"text: {outcome.outcome_text}")
-    return 0
+    return 1 if outcome.status == "infra" else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point (``rpg_core.cli`` convention): 0, 2 on a usage error, 1 on a failure."""
+    """CLI entry point (``rpg_core.cli`` convention): 0 when the script's outcome is printed (any
+    status of the script's own), 1 when it is ``"infra"`` (the sandbox or grader failed; printed
+    too) or on another failure, 2 on a usage error."""
     return run_cli(PROG, _main, argv)
 
 

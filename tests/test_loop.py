@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import types
+from dataclasses import replace
 from typing import NamedTuple
 
 import fixtures_llm
@@ -12,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from rpg_llm.loop import Backends, LoopConfig, Trainer, default_backends, train
+from rpg_llm.loop import Backends, LoopConfig, SamplingConfig, Trainer, default_backends, train
+from rpg_llm.ppo import PPOConfig
+from rpg_llm.rewards import RewardConfig
 
 # fixtures (pytest finds them by name in this module)
 tiny_model_dir = fixtures_llm.tiny_model_dir
@@ -47,23 +50,20 @@ def _backends(estimator=None) -> Backends:
 
 
 def _cfg(model_dir, method, **kw):
-    base = dict(
-        method=method,
+    base = LoopConfig(
         task="text",
         model=str(model_dir),
         steps=2,
         batch_size=2,
-        timeout_s=30.0,
-        max_prompt_tokens=768,
-        max_new_tokens=12,
         checkpoint_every=1,
         workers=2,
         sandbox="subprocess",
         estimator_batches=200,
-        ppo={"micro_batch_size": 2},
+        sampling=SamplingConfig(max_prompt_tokens=768, max_new_tokens=12),
+        reward=RewardConfig(method, timeout_s=30.0),
+        ppo=PPOConfig(micro_batch_size=2),
     )
-    base.update(kw)
-    return LoopConfig(**base)
+    return replace(base, **kw)
 
 
 @pytest.mark.slow
@@ -132,7 +132,7 @@ def test_relative_reward_uses_the_current_step_estimate(tiny_model_dir, tmp_path
 
         trainer.backends.run_batch = run_batch
         # every response "contains" a script
-        monkeypatch.setattr("rpg_llm.loop.extract_code", lambda text: "print(1)\n")
+        monkeypatch.setattr("rpg_llm.loop.execution.extract_code", lambda text: "print(1)\n")
         trainer.step(1)
         trainer.step(2)
         # after step 1: slots (0.9, 3), (0.5, 1) -> rho_1 = 1.4 / 4 = 0.35
@@ -145,7 +145,7 @@ def test_relative_reward_uses_the_current_step_estimate(tiny_model_dir, tmp_path
         np.testing.assert_allclose(
             seen[1].numpy(), [0.7 - rho2 * 10.0, 0.8 - rho2 * 2.0], rtol=1e-6
         )
-        assert trainer.rates.rho_hat == pytest.approx(rho2)
+        assert trainer.accounts.rho_hat == pytest.approx(rho2)
     finally:
         trainer.close()
 
@@ -181,11 +181,11 @@ def test_seeds_feed_the_estimator_and_rpg_parents_use_it(tiny_model_dir, tmp_pat
         )
         try:
             trainer.seed_buffer()
-            trainer._rebuild()
-            assert trainer.rates.rho_hat == pytest.approx((0.8 + 0.4) / (4.0 + 1.0))
-            assert trainer.best == pytest.approx(0.8)
-            prompts, parent_ids = trainer._prompts()
-            codes = {s.id: s.code.strip() for s in trainer._samples(0)}
+            trainer.rebuild()
+            assert trainer.accounts.rho_hat == pytest.approx((0.8 + 0.4) / (4.0 + 1.0))
+            assert trainer.accounts.best == pytest.approx(0.8)
+            prompts, parent_ids = trainer.prompts()
+            codes = {s.id: s.code.strip() for s in trainer.step_samples(0)}
             order[method] = [codes[i] for i in parent_ids]
         finally:
             trainer.close()

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _one_line_error(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert err.startswith("error: ")
+    assert err.startswith("python -m rpg_llm.run: error: ")
     return err
 
 
@@ -42,7 +42,12 @@ def test_missing_task_exits_2(tmp_path, capsys, tiny_model_dir):
 
 
 @pytest.mark.parametrize(
-    "value, needle", [("0", "batch_size"), ("-3", "batch_size"), ("two", "--batch-size")]
+    "value, needle",
+    [
+        ("0", "--batch-size"),
+        ("-3", "--batch-size must be an integer >= 1, got -3"),
+        ("two", "--batch-size"),
+    ],
 )
 def test_bad_batch_size_exits_2(tmp_path, capsys, tiny_model_dir, value, needle):
     argv = ["--model", str(tiny_model_dir), "--batch-size", value, "--out", str(tmp_path / "r")]

@@ -231,9 +231,12 @@ def _unflatten_legacy(d: dict[str, Any]) -> dict[str, Any]:
     for key, section in _LEGACY.items():
         if key in d:
             sub = dict(d.get(section) or {})
-            if key in sub:
-                raise ValueError(f"config holds {key} both at the top and in {section}")
-            sub[key] = d.pop(key)
+            value = d.pop(key)
+            if key in sub and sub[key] != value:
+                raise ValueError(
+                    f"config holds {key} {value!r} at the top and {sub[key]!r} in {section}"
+                )
+            sub[key] = value
             d[section] = sub
     return d
 

@@ -192,3 +192,60 @@ def test_seeds_feed_the_estimator_and_rpg_parents_use_it(tiny_model_dir, tmp_pat
     # keys at rho = 0.24: slow_good 0.8 - 0.96 = -0.16, fast_ok 0.4 - 0.24 = 0.16
     assert order["rpg"] == ["fast_ok", "slow_good"]
     assert order["vanilla"] == ["slow_good", "fast_ok"]
+
+
+def _outcome(status, r, t):
+    ok = status == "ok"
+    return types.SimpleNamespace(
+        status=status,
+        delta=t,
+        score=r if ok else None,
+        raw_reward=r if ok else -10.0,
+        valid=ok,
+        outcome_text=f"{status} {r}",
+    )
+
+
+def test_infra_samples_are_masked_from_ppo_and_the_estimator(tiny_model_dir, tmp_path, monkeypatch):
+    """An "infra" outcome (the machine failed, not the script) is stored and counted, but feeds
+    neither the slots nor the PPO batch; charged as an invalid sample it would have pulled
+    rho_hat to 0 (see the numbers below)."""
+    trainer = Trainer(
+        _cfg(tiny_model_dir, "rpg", seed_buffer=False),
+        tmp_path / "run",
+        backends=_backends(_ratio_estimator()),
+        progress=False,
+    )
+    try:
+        seen = []
+        monkeypatch.setattr(trainer.ppo, "step", lambda batch: seen.append(batch.scores) or {})
+        fake = iter([("ok", 0.9, 3.0), ("infra", 0.0, 0.2), ("ok", 0.5, 1.0), ("ok", 0.8, 2.0)])
+        trainer.backends.run_batch = lambda codes, *a: [_outcome(*next(fake)) for _ in codes]
+        monkeypatch.setattr("rpg_llm.loop.execution.extract_code", lambda text: "print(1)\n")
+        rec1 = trainer.step(1)
+        rec2 = trainer.step(2)
+        assert [s.status for s in trainer.step_samples(1)] == ["ok", "infra"]
+        assert (rec1.infra, rec2.infra) == (1, 0)
+        # step 1: only slot 0 fed (0.9, 3 s): fewer than 2 slots, rho_hat stays 0
+        assert rec1.rho_hat == 0.0
+        np.testing.assert_allclose(seen[0].numpy(), [0.9 + 0.5])  # one row, the infra one dropped
+        # step 2: slots (1.4, 4 s), (0.8, 2 s) -> 2.2 / 6; with the infra row charged -10 and the
+        # 30 s timeout, slot 1 would be (-9.2, 32 s) and rho_hat max(0, -7.8 / 36) = 0
+        rho2 = 2.2 / 6.0
+        assert rec2.rho_hat == pytest.approx(rho2)
+        np.testing.assert_allclose(seen[1].numpy(), [0.5 - rho2 * 1.0, 0.8 - rho2 * 2.0], rtol=1e-6)
+    finally:
+        trainer.close()
+
+
+def test_trainable_rows_drop_infra_and_keep_processes_in_step():
+    from rpg_llm.loop.update import trainable_rows
+
+    infra = np.array([True, False, False, False, False, False])
+    assert trainable_rows(6, 1, 0, infra) == [1, 2, 3, 4, 5]
+    # two processes: rank 0 has rows 2, 4 left, rank 1 has 1, 3, 5 -> both train on two rows
+    assert trainable_rows(6, 2, 0, infra) == [2, 4]
+    assert trainable_rows(6, 2, 1, infra) == [1, 3]
+    # a process with no usable row: nobody updates (the same number of optimiser steps)
+    assert trainable_rows(4, 2, 1, np.array([True, False, True, False])) == []
+    assert trainable_rows(4, 2, 0, np.array([True, False, True, False])) == []

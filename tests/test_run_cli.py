@@ -196,3 +196,24 @@ def test_two_processes_share_generation_and_training(tmp_path, tiny_model_dir):
     assert (run / "logs" / "run.rank1.log").exists()
     assert (run / "checkpoints" / "step_000002" / "trainer.pt").exists()
     assert out.stdout.count("run folder:") == 1  # only the main process reports
+
+
+def test_bad_timeout_names_the_flag_and_makes_no_folder(tmp_path, capsys, tiny_model_dir):
+    argv = ["--model", str(tiny_model_dir), "--timeout", "0", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = _one_line_error(capsys)
+    assert "--timeout must be > 0 seconds, got 0.0" in err and "timeout_s" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_resume_refuses_settings_it_would_ignore(tmp_path, capsys):
+    from rpg_llm.config import LoopConfig
+    from rpg_llm.runfolder import RunFolder
+
+    RunFolder(tmp_path / "r").create(LoopConfig().to_dict() | {"seeded": True})
+    assert main(["--resume", str(tmp_path / "r"), "--batch-size", "8"]) == 2
+    assert "--batch-size" in _one_line_error(capsys)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text('{"steps": 3, "stepz": 1}')
+    assert main(["--resume", str(tmp_path / "bad")]) == 2
+    assert "unknown config key(s) stepz" in _one_line_error(capsys)

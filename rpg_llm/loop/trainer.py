@@ -106,6 +106,7 @@ class Trainer:
         cfg = self.cfg
         seeded = "seeded" if cfg.seed_buffer else "unseeded"
         record = cfg.to_dict() | {
+            "method": cfg.method,  # also at the top, for readers of the run folder
             "competition": self.comp.id,
             "seeded": cfg.seed_buffer,
             "label": f"{cfg.method} ({seeded})",

@@ -108,7 +108,9 @@ class LoopConfig:
         sandbox: sandbox kind (``auto``, ``subprocess``, ``bwrap``, ``docker``).
         executor: ``local`` (a process pool) or ``ray``.
         workers: parallel executions.
-        checkpoint_every: checkpoint period in steps (the last step is always checkpointed).
+        checkpoint_every: checkpoint period in steps (the last step is always checkpointed;
+            default 1, so a kill loses at most the step under way: its samples are kept and
+            replayed, only its PPO update is redone).
         keep_checkpoints: newest checkpoints kept (>= 1).
         buffer_capacity_factor: active buffer size as a multiple of ``B`` (paper: 10).
         num_slots: estimator slots (None: ``min(128, B)``).
@@ -142,7 +144,9 @@ class LoopConfig:
         default="local", metadata=flag(help="where scripts run", choices=("local", "ray"))
     )
     workers: int = field(default=2, metadata=flag(help="parallel executions"))
-    checkpoint_every: int = field(default=10, metadata=flag(help="checkpoint period, steps"))
+    checkpoint_every: int = field(
+        default=1, metadata=flag(help="checkpoint period, steps (1: a kill loses at most a step)")
+    )
     keep_checkpoints: int = field(default=2, metadata=flag(help="newest checkpoints kept"))
     buffer_capacity_factor: int = field(
         default=10, metadata=flag(help="active buffer size as a multiple of B")

@@ -99,6 +99,24 @@ def test_two_step_run_both_arms(tiny_model_dir, tmp_path, method):
         assert math.isfinite(m["ppo/pg_loss"]) and math.isfinite(m["ppo/vf_loss"])
     assert (run / "checkpoints" / "step_000002" / "trainer.pt").exists()
     assert any((run / "tb").iterdir())
+    # samples.csv: one row per stored sample, its script on disk, the PPO reward of its row
+    import csv
+
+    rows = list(csv.DictReader(open(run / "samples.csv")))
+    assert [(int(r["step"]), int(r["row"])) for r in rows] == keys
+    by_id = {s.id: s for s in samples}
+    for r in rows:
+        s = by_id[int(r["id"])]
+        assert (run / r["script"]).read_text() == s.code
+        assert float(r["raw_reward"]) == pytest.approx(s.raw_reward, rel=1e-5)
+    for m, step in zip(metrics, (1, 2), strict=True):
+        rel = [float(r["relative_reward"]) for r in rows if int(r["step"]) == step]
+        assert np.mean(rel) == pytest.approx(m["ppo/score_mean"], rel=1e-4, abs=1e-5)
+    assert rows[0]["relative_reward"] == ""  # the seed was never trained on
+    # seeds never count as the model's best
+    gen = [s.raw_reward for s in samples if s.step >= 1 and s.status == "ok"]
+    last_best = metrics[-1]["best_generated"]
+    assert (max(gen) == pytest.approx(last_best)) if gen else math.isnan(last_best)
 
 
 def test_relative_reward_uses_the_current_step_estimate(tiny_model_dir, tmp_path, monkeypatch):

@@ -152,6 +152,16 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
     replayed = {m["step"]: m["replayed"] for m in metrics}
     assert replayed[2] is True and replayed[3] is False
     assert (run / "checkpoints" / "step_000003" / "trainer.pt").exists()
+    # what a user sees: the run folder first, one line per step; samples.csv without duplicates
+    assert resumed.stdout.splitlines()[0] == f"run folder: {run}"
+    step_lines = [x for x in resumed.stdout.splitlines() if x.startswith("step ")]
+    assert [x.split(":")[0] for x in step_lines][-1] == "step 3/3"
+    assert all("valid" in x and "rho_hat" in x and "best generated" in x for x in step_lines)
+    import csv
+
+    with open(run / "samples.csv") as fh:
+        rows = [(int(r["step"]), int(r["row"])) for r in csv.DictReader(fh)]
+    assert rows == [(s, r) for _, s, r in after]
 
 
 @pytest.mark.slow

@@ -74,7 +74,8 @@ class Accounts:
     def __init__(self, rates: RateTracker, reward_cfg: RewardConfig):
         self.rates = rates
         self.cfg = reward_cfg
-        self.best = -math.inf
+        self.best = -math.inf  # seeds included (the improvement bonus)
+        self.best_generated = -math.inf  # the policy's own samples only (steps >= 1)
 
     @property
     def rho_hat(self) -> float:
@@ -109,4 +110,6 @@ class Accounts:
         rho = self._feed(step, samples, raw, valid, delta)
         sr = step_rewards(raw, valid, delta, rho, self.best, self.cfg)
         self.best = sr.best
+        if valid.any():
+            self.best_generated = max(self.best_generated, float(raw[valid].max()))
         return sr

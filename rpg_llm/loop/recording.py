@@ -18,7 +18,7 @@ import numpy as np
 
 from rpg_llm.runfolder import RunFolder
 
-__all__ = ["StepRecord", "step_record", "Recorder"]
+__all__ = ["StepRecord", "step_record", "sample_rows", "Recorder"]
 
 log = logging.getLogger("rpg_llm.loop")
 
@@ -28,7 +28,8 @@ class StepRecord:
     """Metrics of one finished step (one line of ``metrics.jsonl``; times in seconds).
 
     ``infra``: samples whose failure was the machine's, not the script's (masked out of PPO and
-    of the estimator); ``capped``: responses cut at the token cap.
+    of the estimator); ``capped``: responses cut at the token cap; ``best_generated``: the best
+    valid raw reward of the policy's own samples so far (seed solutions never count; NaN: none).
     """
 
     step: int
@@ -49,11 +50,23 @@ class StepRecord:
     ppo: dict[str, float]
     infra: int = 0
     capped: int = 0
+    best_generated: float = float("nan")
 
     def flat(self) -> dict[str, Any]:
         d = asdict(self)
         d.update({f"ppo/{k}": v for k, v in d.pop("ppo").items()})
         return d
+
+    def line(self, steps: int, batch_size: int) -> str:
+        """One line for the terminal: what a user watches a run by."""
+        best = "none yet" if math.isnan(self.best_generated) else f"{self.best_generated:.4g}"
+        infra = f", infra {self.infra}" if self.infra else ""
+        return (
+            f"step {self.step}/{steps}: valid {self.valid_fraction:.2f}, capped at the token cap "
+            f"{self.capped}/{batch_size}, rho_hat {self.rho_hat:.4g}/s, mean relative reward "
+            f"{self.mean_reward:.4g}, best generated score {best}{infra}"
+            + (" (replayed)" if self.replayed else "")
+        )
 
 
 def step_record(
@@ -66,6 +79,7 @@ def step_record(
     ppo_s: float,
     ppo_stats: dict[str, float],
     replayed: bool,
+    best_generated: float = -math.inf,
 ) -> StepRecord:
     """The metrics of a step from its samples, :class:`rpg_llm.rewards.StepRewards` and times."""
     valid = np.array([s.status == "ok" for s in samples])
@@ -88,7 +102,34 @@ def step_record(
         ppo=ppo_stats,
         infra=int(sum(s.status == "infra" for s in samples)),
         capped=int(rollout.capped),
+        best_generated=float(best_generated) if math.isfinite(best_generated) else float("nan"),
     )
+
+
+def sample_rows(
+    samples: list[Any],
+    folder: RunFolder,
+    rewards: np.ndarray | None = None,
+    tokens: list[int] | None = None,
+) -> list[dict[str, Any]]:
+    """``samples.csv`` rows of stored samples (``rewards``: the relative rewards given to PPO,
+    ``[B]``; ``tokens``: response lengths; both None for the seed solutions)."""
+    return [
+        {
+            "step": s.step,
+            "row": s.row,
+            "id": s.id,
+            "parent": "" if s.parent_id is None else s.parent_id,
+            "status": s.status,
+            "score": "" if s.score is None else f"{s.score:.6g}",
+            "raw_reward": f"{s.raw_reward:.6g}",
+            "time_s": f"{s.exec_time:.6g}",
+            "relative_reward": "" if rewards is None else f"{float(rewards[i]):.6g}",
+            "tokens": "" if tokens is None else tokens[i],
+            "script": str(folder.script_path(s.step, s.row).relative_to(folder.root)),
+        }
+        for i, s in enumerate(samples)
+    ]
 
 
 class Recorder:
@@ -128,6 +169,24 @@ class Recorder:
         self.folder.append_metrics(rec.flat())
         log.info("step %d: %s", rec.step, json.dumps(rec.flat(), default=float))
         return rec
+
+    def write_samples(
+        self, samples: list[Any], rewards: np.ndarray | None, tokens: list[int] | None
+    ) -> None:
+        """Main process: every sample's script under ``scripts/`` and its ``samples.csv`` row."""
+        if not self.main:
+            return
+        for s in samples:
+            self.folder.write_script(s.step, s.row, s.code)
+        self.folder.append_samples_csv(sample_rows(samples, self.folder, rewards, tokens))
+
+    def reset_samples(self, seeds: list[Any], done: int) -> None:
+        """Main process, before the first step run: seeds, then the rows of steps ``1..done``."""
+        if not self.main:
+            return
+        for s in seeds:
+            self.folder.write_script(s.step, s.row, s.code)
+        self.folder.reset_samples_csv(sample_rows(seeds, self.folder), done)
 
     def checkpoint(self, ppo: Any, step: int, keep: int) -> None:
         """Save the trainer state after ``step`` (collective), prune old checkpoints and the

@@ -252,24 +252,31 @@ class Trainer:
         self.on_stage(step, "generated")
         samples, exec_s = self.execute(step, rollout)  # scripts -> outcomes, stored
         sr = self.accounts.account(step, samples)  # rho_hat of THIS step, rewards
+        self.recorder.write_samples(samples, sr.rewards, [len(r) for r in rollout.response_ids])
         d = self.dist
         rows = trainable_rows(self.cfg.batch_size, d.world, d.rank, infra_mask(samples))
         pad = self.policy.tokenizer.pad_token_id
         stats, ppo_s = ppo_update(self.ppo, rollout, sr.rewards, rows, pad)  # PPO
         self.on_stage(step, "updated")
         self.checkpoint(step)
-        rec = step_record(step, samples, sr, rho_parents, rollout, exec_s, ppo_s, stats, replayed)
+        best = self.accounts.best_generated
+        rec = step_record(
+            step, samples, sr, rho_parents, rollout, exec_s, ppo_s, stats, replayed, best
+        )
         return self.recorder.record(rec, t_start)
 
     def run(self) -> list[StepRecord]:
         """Seed (once), then steps ``start_step .. cfg.steps`` with a progress display."""
         self.seed_buffer()
         self.rebuild()
+        self.recorder.reset_samples(self.step_samples(SEED_STEP), self.start_step - 1)
         bar = self._progress_bar()
         records = []
         for step in range(self.start_step, self.cfg.steps + 1):
             rec = self.step(step)
             records.append(rec)
+            if self.dist.main:
+                self._say(rec.line(self.cfg.steps, self.cfg.batch_size), bar)
             if bar is not None:
                 bar.set_postfix(
                     rho_hat=f"{rec.rho_hat:.3g}",
@@ -282,6 +289,13 @@ class Trainer:
         if bar is not None:
             bar.close()
         return records
+
+    def _say(self, line: str, bar: Any) -> None:
+        log.info(line)
+        if bar is not None:
+            bar.write(line)
+        else:
+            print(line, flush=True)
 
     def _progress_bar(self) -> Any:
         if not (self.progress and self.dist.main):

@@ -39,22 +39,22 @@ def overhead(metrics: list[dict]) -> dict[str, float]:
 
 
 def _fresh_run(folder: Path) -> Path:
-    from rpg_llm.loop import LoopConfig, train
+    from rpg_llm.loop import LoopConfig, SamplingConfig, train
+    from rpg_llm.ppo import PPOConfig
+    from rpg_llm.rewards import RewardConfig
     from testkit.tiny_model import build_tiny_model
 
     model = build_tiny_model(folder / "tiny")
     cfg = LoopConfig(
-        method="rpg",
         task="text",
         model=str(model),
         steps=3,
         batch_size=4,
-        timeout_s=30.0,
-        max_prompt_tokens=1024,
-        max_new_tokens=64,
         seed_buffer=False,
         sandbox="subprocess",
-        ppo={"micro_batch_size": 4},
+        sampling=SamplingConfig(max_prompt_tokens=1024, max_new_tokens=64),
+        reward=RewardConfig("rpg", timeout_s=30.0),
+        ppo=PPOConfig(micro_batch_size=4),
     )
     run = folder / "run"
     train(cfg, run, progress=False)

@@ -20,7 +20,7 @@ from dataclasses import astuple, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-SAMPLE_STATUSES = ("ok", "timeout", "oom", "error", "invalid")
+SAMPLE_STATUSES = ("ok", "timeout", "oom", "error", "invalid", "infra")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (
@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS samples (
 );
 CREATE INDEX IF NOT EXISTS samples_run_id ON samples (run, id);
 CREATE INDEX IF NOT EXISTS samples_run_task_id ON samples (run, task, id);
+CREATE INDEX IF NOT EXISTS samples_run_step_row ON samples (run, step, row);
 """
 
 
@@ -238,6 +239,27 @@ class SampleBuffer:
         where, params = self._where(run, None)
         rows = self._query(
             f"SELECT id, {', '.join(_COLUMNS)} FROM samples{where} ORDER BY id", params
+        )
+        return [self._sample(r) for r in rows]
+
+    def step_samples(self, run: str, step: int) -> list[Sample]:
+        """The samples of one step of ``run``, by row (then id): one indexed query, used by
+        resume and replay instead of loading the whole run."""
+        rows = self._query(
+            f"SELECT id, {', '.join(_COLUMNS)} FROM samples WHERE run = ? AND step = ? "
+            "ORDER BY row, id",
+            [run, step],
+        )
+        return [self._sample(r) for r in rows]
+
+    def by_row(self, min_step: int = 0, run: str | None = None) -> list[Sample]:
+        """Every sample of steps >= ``min_step`` (of ``run`` if given), ordered by
+        ``(row, step, id)``: the chains of the budget curves, one batch row after another."""
+        where, params = self._where(run, None)
+        cond = ("AND" if where else "WHERE") + " step >= ?"
+        rows = self._query(
+            f"SELECT id, {', '.join(_COLUMNS)} FROM samples{where} {cond} ORDER BY row, step, id",
+            [*params, min_step],
         )
         return [self._sample(r) for r in rows]
 

@@ -14,24 +14,28 @@ data folder, model weights) and how to provide it; the CLI turns that into an ex
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-__all__ = ["Preset", "PRESETS", "DEFAULT_PRESET", "get_preset", "missing_resources"]
+from rpg_llm.config import LoopConfig
+
+__all__ = ["Preset", "PRESETS", "DEFAULT_PRESET", "BASE", "get_preset", "missing_resources"]
 
 MLEBENCH_ENV = "RPG_MLEBENCH_DATA"
 NANOGPT_ENV = "RPG_NANOGPT_DATA"
 
+BASE = LoopConfig()
+"""The base every preset is a typed ``dataclasses.replace`` of (the dataclass defaults)."""
+
 
 @dataclass(frozen=True)
 class Preset:
-    """A named set of :class:`rpg_llm.loop.LoopConfig` values and the resources it needs.
+    """A named :class:`rpg_llm.config.LoopConfig` and the resources it needs.
 
     Attributes:
         name: preset name.
         summary: one line for ``--help``.
-        settings: LoopConfig fields.
+        config: the settings (command-line flags override them).
         gpus: GPUs needed (0: runs on a CPU).
         data_env: environment variable naming the data folder it needs (None: none needed).
         data_hint: how to obtain that folder.
@@ -39,80 +43,85 @@ class Preset:
 
     name: str
     summary: str
-    settings: dict[str, Any] = field(default_factory=dict)
+    config: LoopConfig = BASE
     gpus: int = 0
     data_env: str | None = None
     data_hint: str = ""
 
 
 PRESETS: dict[str, Preset] = {
-    "cpu-default": Preset(
-        "cpu-default",
-        "SmolLM2-135M on the offline text competition, RPG, seeded buffer, ~15 min on 2 cores",
-        dict(
-            method="rpg",
-            task="text",
-            model="HuggingFaceTB/SmolLM2-135M-Instruct",
-            steps=3,
-            batch_size=2,
-            timeout_s=60.0,
-            max_prompt_tokens=1024,
-            max_new_tokens=256,
-            seed_buffer=True,
-            checkpoint_every=10,
-            keep_checkpoints=1,
-            workers=2,
-            estimator_batches=1000,
-            ppo=dict(micro_batch_size=1),
+    p.name: p
+    for p in [
+        Preset(
+            "cpu-default",
+            "SmolLM2-135M on the offline text competition, RPG, seeded buffer, ~15 min on 2 cores",
+            replace(
+                BASE,
+                task="text",
+                model="HuggingFaceTB/SmolLM2-135M-Instruct",
+                steps=3,
+                batch_size=2,
+                seed_buffer=True,
+                checkpoint_every=1,
+                keep_checkpoints=1,
+                workers=2,
+                estimator_batches=1000,
+                sampling=replace(BASE.sampling, max_prompt_tokens=1024, max_new_tokens=256),
+                reward=replace(BASE.reward, method="rpg", timeout_s=60.0),
+                ppo=replace(BASE.ppo, micro_batch_size=1),
+            ),
         ),
-    ),
-    "qwen3.5-4b-mlebench": Preset(
-        "qwen3.5-4b-mlebench",
-        "Qwen/Qwen3.5-4B on MLE-Bench with the paper's settings (1 GPU, MLE-Bench data)",
-        dict(
-            task="spooky-author-identification",
-            model="Qwen/Qwen3.5-4B",
-            steps=300,
-            batch_size=128,
-            timeout_s=600.0,
-            max_prompt_tokens=2560,
-            max_new_tokens=2500,
-            seed_buffer=False,
-            checkpoint_every=10,
-            workers=16,
-            gen_batch_size=32,
-            ppo=dict(micro_batch_size=4, mini_batch_size=32, gradient_checkpointing=True),
+        Preset(
+            "qwen3.5-4b-mlebench",
+            "Qwen/Qwen3.5-4B on MLE-Bench with the paper's settings (1 GPU, MLE-Bench data)",
+            replace(
+                BASE,
+                task="spooky-author-identification",
+                model="Qwen/Qwen3.5-4B",
+                steps=300,
+                batch_size=128,
+                seed_buffer=False,
+                checkpoint_every=10,
+                workers=16,
+                sampling=replace(
+                    BASE.sampling, max_prompt_tokens=2560, max_new_tokens=2500, gen_batch_size=32
+                ),
+                reward=replace(BASE.reward, timeout_s=600.0),
+                ppo=replace(
+                    BASE.ppo, micro_batch_size=4, mini_batch_size=32, gradient_checkpointing=True
+                ),
+            ),
+            gpus=1,
+            data_env=MLEBENCH_ENV,
+            data_hint=(
+                "prepare the competitions with mle-bench (`mlebench prepare --lite`) and pass "
+                "their data folder with --data-root DIR or the environment variable " + MLEBENCH_ENV
+            ),
         ),
-        gpus=1,
-        data_env=MLEBENCH_ENV,
-        data_hint=(
-            "prepare the competitions with mle-bench (`mlebench prepare --lite`) and pass their "
-            "data folder with --data-root DIR or the environment variable " + MLEBENCH_ENV
+        Preset(
+            "nanogpt-speedrun",
+            "NanoGPT speedrun (train_gpt.py under torchrun on 8 GPUs, target val loss 3.28)",
+            replace(
+                BASE,
+                task="nanogpt-speedrun",
+                model="Qwen/Qwen3.5-4B",
+                steps=300,
+                batch_size=8,
+                seed_buffer=True,
+                workers=1,
+                sampling=replace(BASE.sampling, max_prompt_tokens=8192, max_new_tokens=8192),
+                reward=replace(BASE.reward, timeout_s=1500.0),
+                ppo=replace(BASE.ppo, micro_batch_size=1, gradient_checkpointing=True),
+            ),
+            gpus=8,
+            data_env=NANOGPT_ENV,
+            data_hint=(
+                "download the FineWeb-10B token shards of the speedrun (its "
+                "`data/cached_fineweb10B.py`) on a connected machine and pass the folder with "
+                "--data-root DIR or the environment variable " + NANOGPT_ENV
+            ),
         ),
-    ),
-    "nanogpt-speedrun": Preset(
-        "nanogpt-speedrun",
-        "NanoGPT speedrun (train_gpt.py under torchrun on 8 GPUs, target val loss 3.28)",
-        dict(
-            task="nanogpt-speedrun",
-            model="Qwen/Qwen3.5-4B",
-            steps=300,
-            batch_size=8,
-            timeout_s=1500.0,
-            max_prompt_tokens=8192,
-            max_new_tokens=8192,
-            seed_buffer=True,
-            workers=1,
-            ppo=dict(micro_batch_size=1, gradient_checkpointing=True),
-        ),
-        gpus=8,
-        data_env=NANOGPT_ENV,
-        data_hint=(
-            "download the FineWeb-10B token shards of the speedrun (its "
-            "`data/cached_fineweb10B.py`) on a connected machine and pass the folder with "
-            "--data-root DIR or the environment variable " + NANOGPT_ENV
-        ),
-    ),
+    ]
 }
 DEFAULT_PRESET = "cpu-default"
 

@@ -16,12 +16,13 @@ Reference facts (DESIGN.md section 7; paper section 4):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 __all__ = [
     "METHODS",
+    "TIME_MEASURES",
     "INVALID_REWARD",
     "TIME_FLOOR_S",
     "IMPROVEMENT_BONUS",
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 METHODS = ("rpg", "vanilla")
+TIME_MEASURES = ("wall", "cpu")
 INVALID_REWARD = -10.0
 TIME_FLOOR_S = 0.1
 IMPROVEMENT_BONUS = 0.5
@@ -49,19 +51,52 @@ class RewardConfig:
         c: weight of the time cost ``c * rho_hat * delta`` (paper: 1).
         bonus: improvement bonus for a new best (paper: 0.5; 0 disables it).
         time_floor_s: smallest time charged, seconds (0.1).
+        time_measure: ``"wall"`` (the paper) or ``"cpu"``: which time of the script is ``delta``.
+
+    The ``metadata`` of each field names its ``python -m rpg_llm.run`` flag
+    (:mod:`rpg_llm.config`). Numbers are cast to float here, once.
+
+    Raises:
+        ValueError: a bad value (named).
     """
 
-    method: str = "rpg"
-    timeout_s: float = 60.0
-    c: float = 1.0
-    bonus: float = IMPROVEMENT_BONUS
-    time_floor_s: float = TIME_FLOOR_S
+    method: str = field(default="rpg", metadata={"help": "training arm", "choices": METHODS})
+    timeout_s: float = field(
+        default=60.0, metadata={"flag": "--timeout", "help": "seconds per script"}
+    )
+    c: float = field(
+        default=1.0, metadata={"flag": "--time-cost", "help": "weight c of rho_hat * delta"}
+    )
+    bonus: float = field(
+        default=IMPROVEMENT_BONUS,
+        metadata={"flag": "--improvement-bonus", "help": "bonus for a new best raw reward"},
+    )
+    time_floor_s: float = field(
+        default=TIME_FLOOR_S, metadata={"flag": "--time-floor", "help": "smallest time charged, s"}
+    )
+    time_measure: str = field(
+        default="wall",
+        metadata={
+            "flag": "--time",
+            "help": "delta is the script's wall time or its CPU time (user + sys, children too)",
+            "choices": TIME_MEASURES,
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
-            raise ValueError(f"timeout_s must be a positive number, got {self.timeout_s!r}")
+        if self.time_measure not in TIME_MEASURES:
+            raise ValueError(
+                f"time_measure must be one of {TIME_MEASURES}, got {self.time_measure!r}"
+            )
+        for name in ("timeout_s", "c", "bonus", "time_floor_s"):
+            v = getattr(self, name)
+            if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, got {v!r}")
+            object.__setattr__(self, name, float(v))  # the one cast
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 seconds, got {self.timeout_s!r}")
         if self.c < 0 or self.bonus < 0 or self.time_floor_s <= 0:
             raise ValueError(
                 f"need c >= 0, bonus >= 0, time_floor_s > 0; got {self.c}, {self.bonus}, "

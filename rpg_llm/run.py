@@ -2,42 +2,43 @@
 
 With no arguments it runs the CPU default (preset ``cpu-default``): SmolLM2-135M-Instruct on the
 offline text competition, a small batch, a few PPO steps, the RPG arm, with a progress display,
-and writes a budget-curve plot into the run folder. Examples::
+and writes the budget-curve data into the run folder. Examples::
 
     python -m rpg_llm.run
     python -m rpg_llm.run --method vanilla --steps 3 --out runs/vanilla
     python -m rpg_llm.run --resume runs/vanilla          # after a crash or a kill
     python -m rpg_llm.run --preset qwen3.5-4b-mlebench --data-root ~/mlebench/data
 
-Usage errors (unknown model offline, missing task, bad batch size, a preset whose resources are
-missing, ...) exit with status 2 and a one-line reason.
+Every field of :class:`rpg_llm.config.LoopConfig` (and its nested sampling, reward and PPO
+configs) is a flag, generated from the dataclasses; ``--help`` lists them. Usage errors (unknown
+model offline, missing task, bad value, a preset whose resources are missing, ...) exit 2 with one
+line naming the flag and the value, before a run folder is made; any other failure exits 1 with
+one line (rpg_core.cli).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "build_config"]
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
+
+__all__ = ["main", "build_config", "PROG"]
+
+PROG = "python -m rpg_llm.run"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> ArgumentParser:
+    from rpg_llm.config import add_flags
     from rpg_llm.presets import DEFAULT_PRESET, PRESETS
 
-    p = _Parser(
-        prog="python -m rpg_llm.run",
+    p = ArgumentParser(
+        prog=PROG,
         description="Train an LLM that writes ML scripts with RPG (relative reward) or vanilla.",
+        allow_abbrev=False,
     )
     p.add_argument(
         "--preset",
@@ -45,78 +46,39 @@ def _parser() -> argparse.ArgumentParser:
         help=f"named settings (default {DEFAULT_PRESET}): "
         + "; ".join(f"{k}: {v.summary}" for k, v in PRESETS.items()),
     )
-    p.add_argument("--method", choices=["rpg", "vanilla"], default=None)
-    p.add_argument("--task", default=None, help="competition id or alias ('text')")
-    p.add_argument("--model", default=None, help="Hugging Face id or local folder")
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--sandbox", default=None, help="auto | subprocess | bwrap | docker")
-    p.add_argument("--executor", default=None, help="local | ray")
-    p.add_argument("--workers", type=int, default=None, help="parallel executions")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per script")
-    p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--max-prompt-tokens", type=int, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    seeding = p.add_mutually_exclusive_group()
-    seeding.add_argument(
-        "--seed-buffer",
-        dest="seed_buffer",
-        action="store_true",
-        default=None,
-        help="start the buffer with the task's baseline solutions",
-    )
-    seeding.add_argument("--no-seed-buffer", dest="seed_buffer", action="store_false")
-    p.add_argument("--checkpoint-every", type=int, default=None)
-    p.add_argument("--lora-rank", type=int, default=None, help="0: full fine-tuning")
-    p.add_argument("--data-root", default=None, help="competitions folder")
-    p.add_argument("--device", default=None, help="cpu | cuda (default: cuda if available)")
     p.add_argument("--out", default=None, help="run folder (default runs/<preset>-<method>-<time>)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue this run folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--no-plot", action="store_true", help="skip the budget-curve plot")
+    p.add_argument("--no-plot", action="store_true", help="skip the budget-curve data")
+    add_flags(p)
     return p
 
 
-def build_config(args: argparse.Namespace) -> tuple[Any, str]:
-    """LoopConfig from a preset and the command-line overrides; returns (config, preset name).
+def build_config(args: Any) -> tuple[Any, str]:
+    """LoopConfig from a preset and the command-line flags; returns (config, preset name).
 
     Raises:
-        ValueError: an unknown preset or a bad value.
+        UsageError: an unknown preset or a bad value (the message names the flag).
     """
-    from rpg_llm.loop import LoopConfig
-    from rpg_llm.presets import DEFAULT_PRESET, get_preset
+    from rpg_llm.config import apply_flags, given_flags
+    from rpg_llm.presets import DEFAULT_PRESET, PRESETS, get_preset
 
-    preset = get_preset(args.preset or DEFAULT_PRESET)
-    settings = dict(preset.settings)
-    settings["ppo"] = dict(settings.get("ppo", {}))
-    overrides = {
-        "method": args.method,
-        "task": args.task,
-        "model": args.model,
-        "steps": args.steps,
-        "batch_size": args.batch_size,
-        "sandbox": args.sandbox,
-        "executor": args.executor,
-        "workers": args.workers,
-        "timeout_s": args.timeout,
-        "max_new_tokens": args.max_new_tokens,
-        "max_prompt_tokens": args.max_prompt_tokens,
-        "seed": args.seed,
-        "seed_buffer": args.seed_buffer,
-        "checkpoint_every": args.checkpoint_every,
-        "data_root": args.data_root,
-        "device": args.device,
-    }
-    settings.update({k: v for k, v in overrides.items() if v is not None})
-    if args.lora_rank is not None:
-        settings["ppo"]["lora_rank"] = args.lora_rank
-    if preset.data_env and not settings.get("data_root"):
-        settings["data_root"] = os.environ.get(preset.data_env)
-    return LoopConfig(**settings), preset.name
+    name = args.preset or DEFAULT_PRESET
+    if name not in PRESETS:
+        raise UsageError(f"--preset {name!r} is unknown; known: {', '.join(PRESETS)}")
+    preset = get_preset(name)
+    values = given_flags(args)
+    if preset.data_env and not values.get("data_root") and not preset.config.data_root:
+        values["data_root"] = os.environ.get(preset.data_env)
+    try:
+        return apply_flags(preset.config, values), preset.name
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def _check_inputs(cfg: Any, preset_name: str) -> None:
     """Fail early (before a run folder is made) on a missing model, task or preset resource."""
+    from rpg_llm import tasks
     from rpg_llm.policy import resolve_model
     from rpg_llm.presets import get_preset, missing_resources
 
@@ -124,60 +86,75 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
     if preset.gpus > 0 or preset.data_env is not None:
         missing = missing_resources(preset, cfg.model, cfg.data_root)
         if missing:
-            raise ValueError(f"preset {preset_name} needs " + "; ".join(missing))
-    resolve_model(cfg.model)
-    from rpg_llm import tasks
+            raise UsageError(f"--preset {preset_name} needs " + "; ".join(missing))
+    try:
+        resolve_model(cfg.model)
+    except ValueError as err:
+        raise UsageError(f"--model {cfg.model}: {err}") from None
+    try:
+        comp_id = tasks.resolve_id(cfg.task)
+        if comp_id not in tasks.list_offline_competitions():
+            root = Path(cfg.data_root) if cfg.data_root else None
+            tasks.load_competition(comp_id, root)  # raises ValueError naming the id and the root
+    except ValueError as err:
+        raise UsageError(f"--task {cfg.task}: {err}") from None
 
-    comp_id = tasks.resolve_id(cfg.task)
-    if comp_id not in tasks.list_offline_competitions():
-        root = Path(cfg.data_root) if cfg.data_root else None
-        tasks.load_competition(comp_id, root)  # raises ValueError naming the id and the root
+
+def _resume_config(args: Any) -> Any:
+    """The stored config of ``--resume RUN_DIR`` (``--steps`` may extend a run; other settings
+    are the run's own)."""
+    from rpg_llm.config import LoopConfig, apply_flags, given_flags
+    from rpg_llm.runfolder import RunFolder
+
+    values = given_flags(args)
+    other = sorted(set(values) - {"steps"})
+    if other or args.preset or args.out:
+        from rpg_llm.config import flag_names
+
+        names = [flag_names()[k] for k in other] + [
+            f for f, v in (("--preset", args.preset), ("--out", args.out)) if v
+        ]
+        raise UsageError(f"--resume keeps the run's settings; drop {', '.join(names)}")
+    try:
+        cfg = LoopConfig.from_dict(RunFolder(args.resume).load_config())
+        return apply_flags(cfg, values)
+    except ValueError as err:
+        raise UsageError(f"--resume {args.resume}: {err}") from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit status (0 ok, 2 usage error)."""
+def _main(argv: Sequence[str] | None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = _parser().parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))  # set by torchrun / accelerate launch
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    from rpg_llm.loop import LoopConfig, train
-    from rpg_llm.runfolder import RunFolder
+    from rpg_llm.loop import train
 
-    try:
-        if args.resume:
-            folder = RunFolder(args.resume)
-            stored = folder.load_config()
-            cfg = LoopConfig.from_dict(stored)
-            if args.steps is not None:  # allow extending a finished run
-                cfg = LoopConfig.from_dict({**stored, "steps": args.steps})
-            run_dir = Path(args.resume)
-            resume = True
-        else:
-            cfg, preset_name = build_config(args)
-            if world > 1 and not args.out:
-                raise ValueError(f"with {world} processes, name the run folder with --out")
-            _check_inputs(cfg, preset_name)
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            run_dir = Path(args.out or f"runs/{preset_name}-{cfg.method}-{stamp}")
-            if rank == 0 and (run_dir / "config.json").exists():
-                raise ValueError(f"{run_dir} already holds a run; use --resume {run_dir}")
-            resume = False
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    on_stage = _fault_hook()
+    if args.resume:
+        cfg, run_dir, resume = _resume_config(args), Path(args.resume), True
+    else:
+        cfg, preset_name = build_config(args)
+        if world > 1 and not args.out:
+            raise UsageError(f"with {world} processes, name the run folder with --out")
+        _check_inputs(cfg, preset_name)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = Path(args.out or f"runs/{preset_name}-{cfg.method}-{stamp}")
+        if rank == 0 and (run_dir / "config.json").exists():
+            raise UsageError(f"--out {run_dir} already holds a run; use --resume {run_dir}")
+        resume = False
+    if rank == 0:
+        print(f"run folder: {run_dir}", flush=True)
     t0 = time.perf_counter()
-    try:
-        records = train(
-            cfg, run_dir, resume=resume, progress=not args.no_progress, on_stage=on_stage
-        )
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    records = train(
+        cfg, run_dir, resume=resume, progress=not args.no_progress, on_stage=_fault_hook()
+    )
     wall = time.perf_counter() - t0
     if rank != 0:
         return 0
-    print(f"run folder: {run_dir}")
+    _report(records, wall, run_dir, plot=not args.no_plot)
+    return 0
+
+
+def _report(records: list[Any], wall: float, run_dir: Path, plot: bool) -> None:
     print(f"steps run: {len(records)} in {wall:.1f} s")
     if records:
         last = records[-1]
@@ -186,15 +163,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{last.mean_reward:.4g}, valid {last.valid_fraction:.2f}, best raw reward "
             f"{last.best_raw_reward:.4g}"
         )
-    if not args.no_plot:
-        from paper_figures.budget_curves import budget_curves
+    if plot:
+        from rpg_llm.budget import write_budget_csv
+        from rpg_llm.runfolder import RunFolder
 
         try:
-            png, pdf, csv = budget_curves([run_dir], RunFolder(run_dir).figure_dir)
-            print(f"budget curve: {png}\nbudget curve data: {csv}")
+            csv = write_budget_csv([run_dir], RunFolder(run_dir).figure_dir / "budget_curves.csv")
+            print(f"budget curve data: {csv}")
+            print(f"plot it: python -m paper_figures.budget_curves {run_dir}")
         except ValueError as exc:
-            print(f"no budget curve: {exc}", file=sys.stderr)
-    return 0
+            print(f"no budget curve: {exc}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 ok, 2 usage error, 1 other failure)."""
+    return run_cli(PROG, _main, argv)
 
 
 def _fault_hook():

@@ -10,6 +10,8 @@ Layout::
       checkpoints/step_N/    trainer state (actor, critic, optimisers) after step N
       rollouts/step_N.pt     generated responses of step N, written before execution
       logs/run.log           the log
+      samples.csv            one line per sample (step, row, parent, status, score, rewards, ...)
+      scripts/step_N/row_R.py  every executed (or rejected) script, as the policy wrote it
       figures/               budget-curve plot (PNG, PDF) and its CSV
 
 Writes are atomic (temporary file, then rename), so a SIGKILL leaves either the old or the new
@@ -18,15 +20,28 @@ version of a file, never half of one.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
+__all__ = ["RunFolder", "write_json_atomic", "SAMPLES_CSV_FIELDS"]
 
-__all__ = ["RunFolder", "write_json_atomic"]
+SAMPLES_CSV_FIELDS = [
+    "step",
+    "row",
+    "id",
+    "parent",
+    "status",
+    "score",
+    "raw_reward",
+    "time_s",
+    "relative_reward",
+    "tokens",
+    "script",
+]
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -79,6 +94,17 @@ class RunFolder:
     def figure_dir(self) -> Path:
         return self.root / "figures"
 
+    @property
+    def samples_csv_path(self) -> Path:
+        return self.root / "samples.csv"
+
+    @property
+    def scripts_dir(self) -> Path:
+        return self.root / "scripts"
+
+    def script_path(self, step: int, row: int) -> Path:
+        return self.scripts_dir / f"step_{step:06d}" / f"row_{row:03d}.py"
+
     # -- creation -------------------------------------------------------------------------------
     def create(self, config: dict[str, Any]) -> None:
         """Make the folder tree and write ``config.json``.
@@ -128,6 +154,46 @@ class RunFolder:
         tmp.write_text("".join(json.dumps(m, sort_keys=True) + "\n" for m in keep))
         os.replace(tmp, self.metrics_path)
 
+    # -- samples on disk ------------------------------------------------------------------------
+    def write_script(self, step: int, row: int, code: str) -> Path:
+        """Write one script (atomically; rewriting the same script is harmless)."""
+        path = self.script_path(step, row)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(code)
+        os.replace(tmp, path)
+        return path
+
+    def append_samples_csv(self, rows: list[dict[str, Any]]) -> None:
+        """Append rows (:data:`SAMPLES_CSV_FIELDS`) to ``samples.csv`` and fsync."""
+        new = not self.samples_csv_path.exists()
+        with open(self.samples_csv_path, "a", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=SAMPLES_CSV_FIELDS)
+            if new:
+                w.writeheader()
+            w.writerows(rows)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def read_samples_csv(self) -> list[dict[str, str]]:
+        """The rows of ``samples.csv`` (a torn last line is dropped)."""
+        if not self.samples_csv_path.exists():
+            return []
+        with open(self.samples_csv_path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        return [r for r in rows if r.get("script")]
+
+    def reset_samples_csv(self, seed_rows: list[dict[str, Any]], max_step: int) -> None:
+        """Rewrite ``samples.csv`` as ``seed_rows`` then its rows of steps ``1 .. max_step``
+        (before later steps are replayed on resume, so no row is written twice)."""
+        keep = [r for r in self.read_samples_csv() if 1 <= int(r["step"]) <= max_step]
+        tmp = self.samples_csv_path.with_name(self.samples_csv_path.name + ".tmp")
+        with open(tmp, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=SAMPLES_CSV_FIELDS)
+            w.writeheader()
+            w.writerows([*seed_rows, *keep])
+        os.replace(tmp, self.samples_csv_path)
+
     # -- checkpoints ----------------------------------------------------------------------------
     def checkpoint_path(self, step: int) -> Path:
         return self.checkpoint_dir / f"step_{step:06d}"
@@ -161,6 +227,8 @@ class RunFolder:
 
     def save_rollout(self, step: int, rollout: dict[str, Any]) -> None:
         """Write the generated responses of ``step`` atomically (before they are executed)."""
+        import torch  # only the loop writes rollouts; readers of a run folder need no torch
+
         path = self.rollout_path(step)
         tmp = path.with_name(path.name + ".tmp")
         torch.save(rollout, tmp)
@@ -168,6 +236,8 @@ class RunFolder:
 
     def load_rollout(self, step: int) -> dict[str, Any] | None:
         """The rollout of ``step``, or None if it was never written."""
+        import torch
+
         path = self.rollout_path(step)
         return torch.load(path, weights_only=False) if path.exists() else None
 

@@ -63,3 +63,14 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     assert main([str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip()
     assert "is not a run folder" in err and len(err.splitlines()) == 1
+
+
+def test_run_writes_the_same_curve_data_without_paper_figures(tmp_path):
+    """rpg_llm.budget.write_budget_csv (what python -m rpg_llm.run writes) = the plot's CSV."""
+    from rpg_llm.budget import write_budget_csv
+
+    a = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.2), (2.0, 0.1)], 1: [(2.0, 0.4)]})
+    _, _, csv = budget_curves([a], tmp_path / "plot", points=7)
+    mine = write_budget_csv([a], tmp_path / "data" / "budget_curves.csv", points=7)
+    assert mine.read_text().splitlines() == csv.read_text().splitlines()
+    assert len(mine.read_text().splitlines()) == 1 + 7

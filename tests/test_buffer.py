@@ -227,3 +227,22 @@ def test_sigkill_during_writes_loses_no_committed_sample(tmp_path, kill_after):
         # and the buffer keeps working after the crash
         buf.add(make(0))
         assert buf.count() == n + 1
+
+
+def test_step_samples_is_the_filtered_history(tmp_path):
+    """One step's samples by one indexed query = all() filtered and sorted in Python."""
+    with SampleBuffer(tmp_path / "b.sqlite", capacity=8) as buf:
+        # rows stored out of order, two runs, a duplicate (row, step) in another run
+        samples = [make(i, reward=0.1 * i) for i in (5, 4, 7, 6, 1, 0)]
+        samples += [make(5, run="other"), make(9, run="r", status="infra", score=None)]
+        buf.add_many(samples)
+        for step in (0, 1, 2, 3):
+            expect = sorted(
+                (s for s in buf.all("r") if s.step == step), key=lambda s: (s.row, s.id)
+            )
+            assert buf.step_samples("r", step) == expect
+        assert [s.row for s in buf.step_samples("r", 1)] == [0, 1, 2, 3]
+        assert [s.status for s in buf.step_samples("r", 2)] == ["infra"]
+        by_row = buf.by_row(min_step=1)
+        assert [(s.row, s.step) for s in by_row] == sorted((s.row, s.step) for s in by_row)
+        assert all(s.step >= 1 for s in by_row) and len(by_row) == 6

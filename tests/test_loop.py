@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import types
+from dataclasses import replace
 from typing import NamedTuple
 
 import fixtures_llm
@@ -12,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from rpg_llm.loop import Backends, LoopConfig, Trainer, default_backends, train
+from rpg_llm.loop import Backends, LoopConfig, SamplingConfig, Trainer, default_backends, train
+from rpg_llm.ppo import PPOConfig
+from rpg_llm.rewards import RewardConfig
 
 # fixtures (pytest finds them by name in this module)
 tiny_model_dir = fixtures_llm.tiny_model_dir
@@ -47,23 +50,20 @@ def _backends(estimator=None) -> Backends:
 
 
 def _cfg(model_dir, method, **kw):
-    base = dict(
-        method=method,
+    base = LoopConfig(
         task="text",
         model=str(model_dir),
         steps=2,
         batch_size=2,
-        timeout_s=30.0,
-        max_prompt_tokens=768,
-        max_new_tokens=12,
         checkpoint_every=1,
         workers=2,
         sandbox="subprocess",
         estimator_batches=200,
-        ppo={"micro_batch_size": 2},
+        sampling=SamplingConfig(max_prompt_tokens=768, max_new_tokens=12),
+        reward=RewardConfig(method, timeout_s=30.0),
+        ppo=PPOConfig(micro_batch_size=2),
     )
-    base.update(kw)
-    return LoopConfig(**base)
+    return replace(base, **kw)
 
 
 @pytest.mark.slow
@@ -99,6 +99,24 @@ def test_two_step_run_both_arms(tiny_model_dir, tmp_path, method):
         assert math.isfinite(m["ppo/pg_loss"]) and math.isfinite(m["ppo/vf_loss"])
     assert (run / "checkpoints" / "step_000002" / "trainer.pt").exists()
     assert any((run / "tb").iterdir())
+    # samples.csv: one row per stored sample, its script on disk, the PPO reward of its row
+    import csv
+
+    rows = list(csv.DictReader(open(run / "samples.csv")))
+    assert [(int(r["step"]), int(r["row"])) for r in rows] == keys
+    by_id = {s.id: s for s in samples}
+    for r in rows:
+        s = by_id[int(r["id"])]
+        assert (run / r["script"]).read_text() == s.code
+        assert float(r["raw_reward"]) == pytest.approx(s.raw_reward, rel=1e-5)
+    for m, step in zip(metrics, (1, 2), strict=True):
+        rel = [float(r["relative_reward"]) for r in rows if int(r["step"]) == step]
+        assert np.mean(rel) == pytest.approx(m["ppo/score_mean"], rel=1e-4, abs=1e-5)
+    assert rows[0]["relative_reward"] == ""  # the seed was never trained on
+    # seeds never count as the model's best
+    gen = [s.raw_reward for s in samples if s.step >= 1 and s.status == "ok"]
+    last_best = metrics[-1]["best_generated"]
+    assert (max(gen) == pytest.approx(last_best)) if gen else math.isnan(last_best)
 
 
 def test_relative_reward_uses_the_current_step_estimate(tiny_model_dir, tmp_path, monkeypatch):
@@ -132,7 +150,7 @@ def test_relative_reward_uses_the_current_step_estimate(tiny_model_dir, tmp_path
 
         trainer.backends.run_batch = run_batch
         # every response "contains" a script
-        monkeypatch.setattr("rpg_llm.loop.extract_code", lambda text: "print(1)\n")
+        monkeypatch.setattr("rpg_llm.loop.execution.extract_code", lambda text: "print(1)\n")
         trainer.step(1)
         trainer.step(2)
         # after step 1: slots (0.9, 3), (0.5, 1) -> rho_1 = 1.4 / 4 = 0.35
@@ -145,7 +163,7 @@ def test_relative_reward_uses_the_current_step_estimate(tiny_model_dir, tmp_path
         np.testing.assert_allclose(
             seen[1].numpy(), [0.7 - rho2 * 10.0, 0.8 - rho2 * 2.0], rtol=1e-6
         )
-        assert trainer.rates.rho_hat == pytest.approx(rho2)
+        assert trainer.accounts.rho_hat == pytest.approx(rho2)
     finally:
         trainer.close()
 
@@ -181,14 +199,71 @@ def test_seeds_feed_the_estimator_and_rpg_parents_use_it(tiny_model_dir, tmp_pat
         )
         try:
             trainer.seed_buffer()
-            trainer._rebuild()
-            assert trainer.rates.rho_hat == pytest.approx((0.8 + 0.4) / (4.0 + 1.0))
-            assert trainer.best == pytest.approx(0.8)
-            prompts, parent_ids = trainer._prompts()
-            codes = {s.id: s.code.strip() for s in trainer._samples(0)}
+            trainer.rebuild()
+            assert trainer.accounts.rho_hat == pytest.approx((0.8 + 0.4) / (4.0 + 1.0))
+            assert trainer.accounts.best == pytest.approx(0.8)
+            prompts, parent_ids = trainer.prompts()
+            codes = {s.id: s.code.strip() for s in trainer.step_samples(0)}
             order[method] = [codes[i] for i in parent_ids]
         finally:
             trainer.close()
     # keys at rho = 0.24: slow_good 0.8 - 0.96 = -0.16, fast_ok 0.4 - 0.24 = 0.16
     assert order["rpg"] == ["fast_ok", "slow_good"]
     assert order["vanilla"] == ["slow_good", "fast_ok"]
+
+
+def _outcome(status, r, t):
+    ok = status == "ok"
+    return types.SimpleNamespace(
+        status=status,
+        delta=t,
+        score=r if ok else None,
+        raw_reward=r if ok else -10.0,
+        valid=ok,
+        outcome_text=f"{status} {r}",
+    )
+
+
+def test_infra_samples_are_masked_from_ppo_and_the_estimator(tiny_model_dir, tmp_path, monkeypatch):
+    """An "infra" outcome (the machine failed, not the script) is stored and counted, but feeds
+    neither the slots nor the PPO batch; charged as an invalid sample it would have pulled
+    rho_hat to 0 (see the numbers below)."""
+    trainer = Trainer(
+        _cfg(tiny_model_dir, "rpg", seed_buffer=False),
+        tmp_path / "run",
+        backends=_backends(_ratio_estimator()),
+        progress=False,
+    )
+    try:
+        seen = []
+        monkeypatch.setattr(trainer.ppo, "step", lambda batch: seen.append(batch.scores) or {})
+        fake = iter([("ok", 0.9, 3.0), ("infra", 0.0, 0.2), ("ok", 0.5, 1.0), ("ok", 0.8, 2.0)])
+        trainer.backends.run_batch = lambda codes, *a: [_outcome(*next(fake)) for _ in codes]
+        monkeypatch.setattr("rpg_llm.loop.execution.extract_code", lambda text: "print(1)\n")
+        rec1 = trainer.step(1)
+        rec2 = trainer.step(2)
+        assert [s.status for s in trainer.step_samples(1)] == ["ok", "infra"]
+        assert (rec1.infra, rec2.infra) == (1, 0)
+        # step 1: only slot 0 fed (0.9, 3 s): fewer than 2 slots, rho_hat stays 0
+        assert rec1.rho_hat == 0.0
+        np.testing.assert_allclose(seen[0].numpy(), [0.9 + 0.5])  # one row, the infra one dropped
+        # step 2: slots (1.4, 4 s), (0.8, 2 s) -> 2.2 / 6; with the infra row charged -10 and the
+        # 30 s timeout, slot 1 would be (-9.2, 32 s) and rho_hat max(0, -7.8 / 36) = 0
+        rho2 = 2.2 / 6.0
+        assert rec2.rho_hat == pytest.approx(rho2)
+        np.testing.assert_allclose(seen[1].numpy(), [0.5 - rho2 * 1.0, 0.8 - rho2 * 2.0], rtol=1e-6)
+    finally:
+        trainer.close()
+
+
+def test_trainable_rows_drop_infra_and_keep_processes_in_step():
+    from rpg_llm.loop.update import trainable_rows
+
+    infra = np.array([True, False, False, False, False, False])
+    assert trainable_rows(6, 1, 0, infra) == [1, 2, 3, 4, 5]
+    # two processes: rank 0 has rows 2, 4 left, rank 1 has 1, 3, 5 -> both train on two rows
+    assert trainable_rows(6, 2, 0, infra) == [2, 4]
+    assert trainable_rows(6, 2, 1, infra) == [1, 3]
+    # a process with no usable row: nobody updates (the same number of optimiser steps)
+    assert trainable_rows(4, 2, 1, np.array([True, False, True, False])) == []
+    assert trainable_rows(4, 2, 0, np.array([True, False, True, False])) == []

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _one_line_error(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert err.startswith("error: ")
+    assert err.startswith("python -m rpg_llm.run: error: ")
     return err
 
 
@@ -42,7 +42,12 @@ def test_missing_task_exits_2(tmp_path, capsys, tiny_model_dir):
 
 
 @pytest.mark.parametrize(
-    "value, needle", [("0", "batch_size"), ("-3", "batch_size"), ("two", "--batch-size")]
+    "value, needle",
+    [
+        ("0", "--batch-size"),
+        ("-3", "--batch-size must be an integer >= 1, got -3"),
+        ("two", "--batch-size"),
+    ],
 )
 def test_bad_batch_size_exits_2(tmp_path, capsys, tiny_model_dir, value, needle):
     argv = ["--model", str(tiny_model_dir), "--batch-size", value, "--out", str(tmp_path / "r")]
@@ -147,6 +152,16 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
     replayed = {m["step"]: m["replayed"] for m in metrics}
     assert replayed[2] is True and replayed[3] is False
     assert (run / "checkpoints" / "step_000003" / "trainer.pt").exists()
+    # what a user sees: the run folder first, one line per step; samples.csv without duplicates
+    assert resumed.stdout.splitlines()[0] == f"run folder: {run}"
+    step_lines = [x for x in resumed.stdout.splitlines() if x.startswith("step ")]
+    assert [x.split(":")[0] for x in step_lines][-1] == "step 3/3"
+    assert all("valid" in x and "rho_hat" in x and "best generated" in x for x in step_lines)
+    import csv
+
+    with open(run / "samples.csv") as fh:
+        rows = [(int(r["step"]), int(r["row"])) for r in csv.DictReader(fh)]
+    assert rows == [(s, r) for _, s, r in after]
 
 
 @pytest.mark.slow
@@ -191,3 +206,24 @@ def test_two_processes_share_generation_and_training(tmp_path, tiny_model_dir):
     assert (run / "logs" / "run.rank1.log").exists()
     assert (run / "checkpoints" / "step_000002" / "trainer.pt").exists()
     assert out.stdout.count("run folder:") == 1  # only the main process reports
+
+
+def test_bad_timeout_names_the_flag_and_makes_no_folder(tmp_path, capsys, tiny_model_dir):
+    argv = ["--model", str(tiny_model_dir), "--timeout", "0", "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = _one_line_error(capsys)
+    assert "--timeout must be > 0 seconds, got 0.0" in err and "timeout_s" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_resume_refuses_settings_it_would_ignore(tmp_path, capsys):
+    from rpg_llm.config import LoopConfig
+    from rpg_llm.runfolder import RunFolder
+
+    RunFolder(tmp_path / "r").create(LoopConfig().to_dict() | {"seeded": True})
+    assert main(["--resume", str(tmp_path / "r"), "--batch-size", "8"]) == 2
+    assert "--batch-size" in _one_line_error(capsys)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text('{"steps": 3, "stepz": 1}')
+    assert main(["--resume", str(tmp_path / "bad")]) == 2
+    assert "unknown config key(s) stepz" in _one_line_error(capsys)

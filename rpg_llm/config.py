@@ -1,0 +1,382 @@
+"""Typed settings of a training run, and the command-line flags generated from them.
+
+:class:`LoopConfig` holds the run's own fields and three nested configs, each checked once in its
+``__post_init__`` (the boundary): :class:`SamplingConfig` (decoding and token budgets),
+:class:`rpg_llm.rewards.RewardConfig` (arm, timeout, reward constants) and
+:class:`rpg_llm.ppo.PPOConfig` (PPO hyper-parameters). Paper settings: DESIGN.md section 7.
+
+Flags: every leaf field of the tree is one flag of ``python -m rpg_llm.run``, named
+``--<field>`` with ``_`` as ``-`` unless the field's metadata names another
+(``field(metadata=flag("--timeout"))``);
+:func:`add_flags` adds them to a parser and :func:`apply_flags` folds the values given into a
+config, so a new field gets its flag by being declared. Errors raised while a config is built name
+the flags (:func:`flag_names`), not the internal field names.
+
+``config.json``: :meth:`LoopConfig.to_dict` (the nested layout) and :meth:`LoopConfig.from_dict`,
+which also reads the flat layout written before the configs were nested, and raises on unknown keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any
+
+from rpg_llm.ppo import PPOConfig
+from rpg_llm.rewards import RewardConfig
+
+__all__ = [
+    "SamplingConfig",
+    "LoopConfig",
+    "RUN_RECORD_KEYS",
+    "flag",
+    "config_flags",
+    "flag_names",
+    "add_flags",
+    "apply_flags",
+    "given_flags",
+    "FlagSpec",
+    "with_path",
+    "named_errors",
+]
+
+RUN_RECORD_KEYS = ("competition", "seeded", "label", "torch")
+"""Keys ``config.json`` holds beside the config (facts of the run, not settings)."""
+
+
+def flag(name: str | None = None, help: str = "", choices: tuple[str, ...] | None = None) -> dict:
+    """Field metadata for the generated CLI: the flag's name (None: ``--<field-name>``), its help
+    and allowed values. A field with metadata ``{"cli": False}`` gets no flag."""
+    return {"flag": name, "help": help, "choices": choices}
+
+
+def _int_at_least(obj: Any, name: str, low: int, optional: bool = False) -> None:
+    v = getattr(obj, name)
+    if optional and v is None:
+        return
+    if not isinstance(v, int) or isinstance(v, bool) or v < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Decoding settings and token budgets (paper: T = 0.7, top-k 20, top-p 0.8, 2560 / 2500).
+
+    Attributes:
+        temperature: sampling temperature (> 0).
+        top_k: top-k filter (>= 1).
+        top_p: nucleus filter in (0, 1].
+        max_new_tokens: response cap, tokens (>= 1).
+        max_prompt_tokens: prompt budget, tokens (>= 256).
+        gen_batch_size: prompts per ``generate`` call (None: all at once).
+    """
+
+    temperature: float = field(default=0.7, metadata=flag(help="sampling temperature"))
+    top_k: int = field(default=20, metadata=flag(help="top-k filter"))
+    top_p: float = field(default=0.8, metadata=flag(help="nucleus (top-p) filter"))
+    max_new_tokens: int = field(default=2500, metadata=flag(help="response cap, tokens"))
+    max_prompt_tokens: int = field(default=2560, metadata=flag(help="prompt budget, tokens"))
+    gen_batch_size: int | None = field(
+        default=None, metadata=flag(help="prompts per generate call (default: all)")
+    )
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.temperature, int | float) and self.temperature > 0):
+            raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
+        if not (isinstance(self.top_p, int | float) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
+        _int_at_least(self, "top_k", 1)
+        _int_at_least(self, "max_new_tokens", 1)
+        _int_at_least(self, "max_prompt_tokens", 256)
+        _int_at_least(self, "gen_batch_size", 1, optional=True)
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """Settings of one training run (stored in ``config.json``).
+
+    Attributes:
+        task: competition id or alias (``"text"``: the offline text competition).
+        model: Hugging Face id or local folder of the policy.
+        steps: PPO steps (>= 1).
+        batch_size: prompts per step, ``B`` (one response each).
+        seed: run seed (generation and estimator draws are seeded per step from it).
+        seed_buffer: store the task's baseline solutions (executed and graded) as step 0.
+        sandbox: sandbox kind (``auto``, ``subprocess``, ``bwrap``, ``docker``).
+        executor: ``local`` (a process pool) or ``ray``.
+        workers: parallel executions.
+        checkpoint_every: checkpoint period in steps (the last step is always checkpointed;
+            default 1, so a kill loses at most the step under way: its samples are kept and
+            replayed, only its PPO update is redone).
+        keep_checkpoints: newest checkpoints kept (>= 1).
+        buffer_capacity_factor: active buffer size as a multiple of ``B`` (paper: 10).
+        num_slots: estimator slots (None: ``min(128, B)``).
+        estimator_batches: synthetic batches ``M`` per estimate (1000).
+        data_root: competitions folder (None: the tasks default).
+        device: torch device (None: cuda if available, else cpu).
+        cpu_threads: torch threads on a CPU (None: torch's default). One thread was 4-5x faster
+            than two for both decoding and the PPO step on the shared 2-core machine
+            (benchmarks/RESULTS.md): the many small ops make thread barriers dominate.
+        run_name: label stored with each sample (default: ``<method>-seed<seed>``).
+        sampling: :class:`SamplingConfig`; reward: :class:`RewardConfig` (the arm ``method`` and
+            the timeout live there); ppo: :class:`PPOConfig`.
+    """
+
+    task: str = field(default="text", metadata=flag(help="competition id or alias ('text')"))
+    model: str = field(
+        default="HuggingFaceTB/SmolLM2-135M-Instruct",
+        metadata=flag(help="Hugging Face id or local folder"),
+    )
+    steps: int = field(default=3, metadata=flag(help="PPO steps"))
+    batch_size: int = field(default=4, metadata=flag(help="prompts per step (B)"))
+    seed: int = field(default=0, metadata=flag(help="run seed"))
+    seed_buffer: bool = field(
+        default=True, metadata=flag(help="start the buffer with the task's baseline solutions")
+    )
+    sandbox: str = field(
+        default="auto",
+        metadata=flag(help="sandbox kind", choices=("auto", "subprocess", "bwrap", "docker")),
+    )
+    executor: str = field(
+        default="local", metadata=flag(help="where scripts run", choices=("local", "ray"))
+    )
+    workers: int = field(default=2, metadata=flag(help="parallel executions"))
+    checkpoint_every: int = field(
+        default=1, metadata=flag(help="checkpoint period, steps (1: a kill loses at most a step)")
+    )
+    keep_checkpoints: int = field(default=2, metadata=flag(help="newest checkpoints kept"))
+    buffer_capacity_factor: int = field(
+        default=10, metadata=flag(help="active buffer size as a multiple of B")
+    )
+    num_slots: int | None = field(
+        default=None, metadata=flag(help="estimator slots (default: min(128, B))")
+    )
+    estimator_batches: int = field(
+        default=1000, metadata=flag(help="synthetic batches per rho_hat estimate")
+    )
+    data_root: str | None = field(default=None, metadata=flag(help="competitions folder"))
+    device: str | None = field(
+        default=None, metadata=flag(help="cpu | cuda (default: cuda if available)")
+    )
+    cpu_threads: int | None = field(default=1, metadata=flag(help="torch threads on a CPU"))
+    run_name: str | None = field(default=None, metadata=flag(help="label stored with samples"))
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "workers", "checkpoint_every", "keep_checkpoints"):
+            _int_at_least(self, name, 1)
+        for name in ("buffer_capacity_factor", "estimator_batches"):
+            _int_at_least(self, name, 1)
+        _int_at_least(self, "num_slots", 2, optional=True)
+        _int_at_least(self, "cpu_threads", 1, optional=True)
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        for name, cls in (
+            ("sampling", SamplingConfig),
+            ("reward", RewardConfig),
+            ("ppo", PPOConfig),
+        ):
+            if not isinstance(getattr(self, name), cls):
+                raise ValueError(f"{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
+        for f in fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(
+                    f"{f.name} must be one of {', '.join(choices)}, got {getattr(self, f.name)!r}"
+                )
+
+    @property
+    def method(self) -> str:
+        """The arm, ``"rpg"`` or ``"vanilla"`` (``reward.method``)."""
+        return self.reward.method
+
+    @property
+    def timeout_s(self) -> float:
+        """Execution time limit per script, seconds (``reward.timeout_s``)."""
+        return self.reward.timeout_s
+
+    @property
+    def name(self) -> str:
+        return self.run_name or f"{self.method}-seed{self.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The nested layout of ``config.json``."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LoopConfig:
+        """Rebuild a config from ``config.json`` (nested, or the older flat layout).
+
+        The run-record keys (:data:`RUN_RECORD_KEYS`) are skipped.
+
+        Raises:
+            ValueError: unknown keys (named) or a bad value.
+        """
+        d = {k: v for k, v in d.items() if k not in RUN_RECORD_KEYS}
+        d = _unflatten_legacy(d)
+        return _build(cls, d, "")
+
+
+# keys of the flat layout (before the nested configs) and where they live now
+_LEGACY = {
+    "method": "reward",
+    "timeout_s": "reward",
+    **{f.name: "sampling" for f in fields(SamplingConfig)},
+}
+
+
+def _unflatten_legacy(d: dict[str, Any]) -> dict[str, Any]:
+    d = dict(d)
+    for key, section in _LEGACY.items():
+        if key in d:
+            sub = dict(d.get(section) or {})
+            value = d.pop(key)
+            if key in sub and sub[key] != value:
+                raise ValueError(
+                    f"config holds {key} {value!r} at the top and {sub[key]!r} in {section}"
+                )
+            sub[key] = value
+            d[section] = sub
+    return d
+
+
+def _build(cls: type, d: Any, prefix: str) -> Any:
+    if not isinstance(d, dict):
+        raise ValueError(f"config section {prefix.rstrip('.') or '(top)'} must be a mapping")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        raise ValueError(
+            f"unknown config key(s) {', '.join(prefix + k for k in unknown)} (known in "
+            f"{cls.__name__}: {', '.join(known)})"
+        )
+    kw = {}
+    for k, v in d.items():
+        t = hints[k]
+        kw[k] = _build(t, v, f"{prefix}{k}.") if is_dataclass(t) else v
+    return cls(**kw)
+
+
+# ----------------------------------------------------------------------------------------------
+# Flags generated from the fields
+# ----------------------------------------------------------------------------------------------
+
+
+class FlagSpec(typing.NamedTuple):
+    """One generated flag: ``path`` (dotted field path), ``flag`` (``--name``), ``type`` (the
+    field's type without ``None``), ``help``, ``choices``, ``default``."""
+
+    path: str
+    flag: str
+    type: Any
+    help: str
+    choices: tuple[str, ...] | None
+    default: Any
+
+
+def _leaf_type(t: Any) -> Any:
+    args = [a for a in typing.get_args(t) if a is not type(None)]
+    return args[0] if args and typing.get_origin(t) in (typing.Union, type(int | None)) else t
+
+
+def config_flags(cls: type = LoopConfig, prefix: str = "") -> list[FlagSpec]:
+    """The flags of every leaf field of ``cls`` (nested dataclasses recursed), in field order.
+
+    Raises:
+        ValueError: two fields would get the same flag.
+    """
+    hints = typing.get_type_hints(cls)
+    out: list[FlagSpec] = []
+    for f in fields(cls):
+        t = hints[f.name]
+        if is_dataclass(t):
+            out.extend(config_flags(t, prefix + f.name + "."))
+            continue
+        if f.metadata.get("cli", True) is False:
+            continue
+        name = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else None
+        out.append(
+            FlagSpec(
+                prefix + f.name,
+                name,
+                _leaf_type(t),
+                f.metadata.get("help", ""),
+                f.metadata.get("choices"),
+                default,
+            )
+        )
+    seen: dict[str, str] = {}
+    for s in out:
+        if s.flag in seen:
+            raise ValueError(f"fields {seen[s.flag]} and {s.path} both map to {s.flag}")
+        seen[s.flag] = s.path
+    return out
+
+
+def flag_names(cls: type = LoopConfig) -> dict[str, str]:
+    """``{dotted field path: flag}`` for every generated flag."""
+    return {s.path: s.flag for s in config_flags(cls)}
+
+
+def _dest(path: str) -> str:
+    return "cfg:" + path
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type = LoopConfig) -> None:
+    """Add one flag per leaf field of ``cls`` to ``parser`` (absent flags leave no value)."""
+    group = parser.add_argument_group("run settings (defaults: the preset's values)")
+    for s in config_flags(cls):
+        kw: dict[str, Any] = dict(dest=_dest(s.path), default=argparse.SUPPRESS, help=s.help)
+        if s.type is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = s.type
+            kw["metavar"] = s.path.rsplit(".", 1)[-1].upper()
+            if s.choices:
+                kw["choices"] = s.choices
+        group.add_argument(s.flag, **kw)
+
+
+def given_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """``{dotted field path: value}`` of the config flags present in ``args``."""
+    return {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg:")}
+
+
+def with_path(cfg: Any, path: str, value: Any) -> Any:
+    """``cfg`` with the (possibly nested) field ``path`` (``"sampling.top_k"``) replaced."""
+    head, _, rest = path.partition(".")
+    if not rest:
+        return replace(cfg, **{head: value})
+    return replace(cfg, **{head: with_path(getattr(cfg, head), rest, value)})
+
+
+def named_errors(message: str, cls: type = LoopConfig) -> str:
+    """``message`` with each field name it mentions replaced by its flag (``timeout_s`` ->
+    ``--timeout``, ``PPOConfig.clip_ratio`` -> ``--clip-ratio``)."""
+    by_leaf: dict[str, str] = {}
+    for s in config_flags(cls):
+        by_leaf.setdefault(s.path.rsplit(".", 1)[-1], s.flag)
+    names = sorted(by_leaf, key=len, reverse=True)
+    pattern = re.compile(r"(?<![\w-])(?:\w+Config\.)?(" + "|".join(names) + r")(?![\w-])")
+    return pattern.sub(lambda m: by_leaf[m.group(1)], message)
+
+
+def apply_flags(cfg: LoopConfig, values: dict[str, Any]) -> LoopConfig:
+    """``cfg`` with the given ``{dotted path: value}`` replaced, every value checked once.
+
+    Raises:
+        ValueError: a bad value; the message names the flag.
+    """
+    try:
+        for path, value in values.items():
+            cfg = with_path(cfg, path, value)
+    except ValueError as err:
+        raise ValueError(named_errors(str(err))) from None
+    return cfg

@@ -1,0 +1,148 @@
+"""Execution stage: scripts -> outcomes -> stored samples (paper Algorithm 1, lines 6-8).
+
+The fenced code block of each response is its script (none: an ``invalid`` sample, not run);
+the scripts run in parallel in the sandbox and are graded; every sample of the step is stored in
+one buffer transaction. :func:`make_sample` is the one place a buffer sample is built.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rpg_llm.loop.rollout import Rollout, prompt_hash
+from rpg_llm.prompts import extract_code
+from rpg_llm.rewards import INVALID_REWARD
+
+__all__ = ["NO_CODE_TEXT", "make_sample", "sample_status", "outcome_time", "execute_rollout"]
+
+NO_CODE_TEXT = "invalid: the answer had no fenced ```python code block"
+_KEPT_STATUSES = ("timeout", "oom", "error", "infra")
+
+
+def sample_status(outcome: Any) -> str:
+    """The buffer status of an outcome: ``ok`` when valid, its own failure status when it is
+    one of timeout / oom / error / infra, else ``invalid``."""
+    if outcome.valid:
+        return outcome.status
+    return outcome.status if outcome.status in _KEPT_STATUSES else "invalid"
+
+
+def outcome_time(outcome: Any, time_measure: str) -> float:
+    """``delta`` of an outcome, seconds: its wall time, or its CPU time for ``"cpu"``.
+
+    Raises:
+        ValueError: ``"cpu"`` asked of an outcome without ``cpu_s``.
+    """
+    if time_measure == "cpu":
+        cpu = getattr(outcome, "cpu_s", None)
+        if cpu is None:
+            raise ValueError("--time cpu needs outcomes with cpu_s (the executor does not give it)")
+        return float(cpu)
+    return float(outcome.delta)
+
+
+def make_sample(
+    sample_cls: Any,
+    *,
+    run: str,
+    step: int,
+    row: int,
+    task: str,
+    parent_id: int | None,
+    prompt: str,
+    code: str,
+    outcome: Any | None,
+    time_measure: str,
+    now: float,
+) -> Any:
+    """One buffer sample; ``outcome=None``: a response without a script (invalid, time 0)."""
+    if outcome is None:
+        text, score, raw, delta, status = NO_CODE_TEXT, None, INVALID_REWARD, 0.0, "invalid"
+    else:
+        text, score = outcome.outcome_text, outcome.score
+        raw, delta = float(outcome.raw_reward), outcome_time(outcome, time_measure)
+        status = sample_status(outcome)
+    return sample_cls(
+        run=run,
+        step=step,
+        row=row,
+        task=task,
+        parent_id=parent_id,
+        prompt_hash=prompt_hash(prompt),
+        code=code,
+        outcome_text=text,
+        score=score,
+        raw_reward=raw,
+        exec_time=delta,
+        status=status,
+        created_at=now,
+    )
+
+
+def execute_rollout(
+    rollout: Rollout, cfg: Any, comp: Any, backends: Any, sandbox: Any, executor: Any
+) -> tuple[list[Any], float]:
+    """Run and grade a rollout's scripts; returns (unsaved samples in row order, seconds).
+
+    Args:
+        cfg: :class:`rpg_llm.config.LoopConfig`; comp: the competition; backends:
+            :class:`rpg_llm.loop.backends.Backends`.
+    """
+    codes = [extract_code(text) for text in rollout.texts]
+    runnable = [i for i, c in enumerate(codes) if c is not None]
+    t0 = time.perf_counter()
+    outcomes = backends.run_batch(
+        [codes[i] for i in runnable], comp, sandbox, cfg.timeout_s, executor
+    )
+    seconds = time.perf_counter() - t0
+    by_row = dict(zip(runnable, outcomes, strict=True))
+    now = time.time()
+    samples = [
+        make_sample(
+            backends.sample_cls,
+            run=cfg.name,
+            step=rollout.step,
+            row=row,
+            task=comp.id,
+            parent_id=rollout.parent_ids[row],
+            prompt=rollout.prompts[row],
+            code=codes[row] if row in by_row else text,
+            outcome=by_row.get(row),
+            time_measure=cfg.reward.time_measure,
+            now=now,
+        )
+        for row, text in enumerate(rollout.texts)
+    ]
+    return samples, seconds
+
+
+def execute_seeds(
+    solutions: list[tuple[str, str]],
+    cfg: Any,
+    comp: Any,
+    backends: Any,
+    sandbox: Any,
+    executor: Any,
+    step: int,
+) -> list[Any]:
+    """Run and grade the task's baseline solutions; unsaved samples of step ``step``."""
+    codes = [code for _, code in solutions]
+    outcomes = backends.run_batch(codes, comp, sandbox, cfg.timeout_s, executor)
+    now = time.time()
+    return [
+        make_sample(
+            backends.sample_cls,
+            run=cfg.name,
+            step=step,
+            row=i,
+            task=comp.id,
+            parent_id=None,
+            prompt=f"seed:{name}",
+            code=code,
+            outcome=o,
+            time_measure=cfg.reward.time_measure,
+            now=now,
+        )
+        for i, ((name, code), o) in enumerate(zip(solutions, outcomes, strict=True))
+    ]

@@ -1,0 +1,203 @@
+"""Recording stage: log file, TensorBoard, ``metrics.jsonl`` and checkpoints of a run.
+
+Only the main process writes the run folder; every process keeps its own log file
+(``logs/run.log``, ``logs/run.rank<R>.log``). Checkpoints are collective (every process calls
+:meth:`Recorder.checkpoint`; the trainer's ``save`` lets the main process write).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from rpg_llm.runfolder import RunFolder
+
+__all__ = ["StepRecord", "step_record", "sample_rows", "Recorder"]
+
+log = logging.getLogger("rpg_llm.loop")
+
+
+@dataclass
+class StepRecord:
+    """Metrics of one finished step (one line of ``metrics.jsonl``; times in seconds).
+
+    ``infra``: samples whose failure was the machine's, not the script's (masked out of PPO and
+    of the estimator); ``capped``: responses cut at the token cap; ``best_generated``: the best
+    valid raw reward of the policy's own samples so far (seed solutions never count; NaN: none).
+    """
+
+    step: int
+    rho_hat: float
+    rho_hat_parents: float
+    mean_reward: float
+    mean_raw_reward: float
+    mean_delta: float
+    valid_fraction: float
+    best_raw_reward: float
+    new_best: int
+    gen_seconds: float
+    exec_seconds: float
+    ppo_seconds: float
+    step_seconds: float
+    gen_tokens: int
+    replayed: bool
+    ppo: dict[str, float]
+    infra: int = 0
+    capped: int = 0
+    best_generated: float = float("nan")
+
+    def flat(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update({f"ppo/{k}": v for k, v in d.pop("ppo").items()})
+        return d
+
+    def line(self, steps: int, batch_size: int) -> str:
+        """One line for the terminal: what a user watches a run by."""
+        best = "none yet" if math.isnan(self.best_generated) else f"{self.best_generated:.4g}"
+        infra = f", infra {self.infra}" if self.infra else ""
+        return (
+            f"step {self.step}/{steps}: valid {self.valid_fraction:.2f}, capped at the token cap "
+            f"{self.capped}/{batch_size}, rho_hat {self.rho_hat:.4g}/s, mean relative reward "
+            f"{self.mean_reward:.4g}, best generated score {best}{infra}"
+            + (" (replayed)" if self.replayed else "")
+        )
+
+
+def step_record(
+    step: int,
+    samples: list[Any],
+    sr: Any,
+    rho_parents: float,
+    rollout: Any,
+    exec_s: float,
+    ppo_s: float,
+    ppo_stats: dict[str, float],
+    replayed: bool,
+    best_generated: float = -math.inf,
+) -> StepRecord:
+    """The metrics of a step from its samples, :class:`rpg_llm.rewards.StepRewards` and times."""
+    valid = np.array([s.status == "ok" for s in samples])
+    return StepRecord(
+        step=step,
+        rho_hat=sr.rho_hat,
+        rho_hat_parents=rho_parents,
+        mean_reward=float(np.mean(sr.rewards)),
+        mean_raw_reward=float(np.mean([s.raw_reward for s in samples])),
+        mean_delta=float(np.mean([s.exec_time for s in samples])),
+        valid_fraction=float(valid.mean()),
+        best_raw_reward=float(sr.best) if math.isfinite(sr.best) else float("nan"),
+        new_best=int((sr.bonuses > 0).sum()),
+        gen_seconds=float(rollout.gen_seconds),
+        exec_seconds=exec_s,
+        ppo_seconds=ppo_s,
+        step_seconds=0.0,
+        gen_tokens=int(rollout.gen_tokens),
+        replayed=replayed,
+        ppo=ppo_stats,
+        infra=int(sum(s.status == "infra" for s in samples)),
+        capped=int(rollout.capped),
+        best_generated=float(best_generated) if math.isfinite(best_generated) else float("nan"),
+    )
+
+
+def sample_rows(
+    samples: list[Any],
+    folder: RunFolder,
+    rewards: np.ndarray | None = None,
+    tokens: list[int] | None = None,
+) -> list[dict[str, Any]]:
+    """``samples.csv`` rows of stored samples (``rewards``: the relative rewards given to PPO,
+    ``[B]``; ``tokens``: response lengths; both None for the seed solutions)."""
+    return [
+        {
+            "step": s.step,
+            "row": s.row,
+            "id": s.id,
+            "parent": "" if s.parent_id is None else s.parent_id,
+            "status": s.status,
+            "score": "" if s.score is None else f"{s.score:.6g}",
+            "raw_reward": f"{s.raw_reward:.6g}",
+            "time_s": f"{s.exec_time:.6g}",
+            "relative_reward": "" if rewards is None else f"{float(rewards[i]):.6g}",
+            "tokens": "" if tokens is None else tokens[i],
+            "script": str(folder.script_path(s.step, s.row).relative_to(folder.root)),
+        }
+        for i, s in enumerate(samples)
+    ]
+
+
+class Recorder:
+    """Writes what a run records. ``main``: this process writes the run folder."""
+
+    def __init__(self, folder: RunFolder, main: bool, rank: int, start_step: int = 1):
+        self.folder, self.main, self.start_step = folder, main, start_step
+        folder.log_path.parent.mkdir(parents=True, exist_ok=True)
+        name = "run.log" if main else f"run.rank{rank}.log"
+        self._handler = logging.FileHandler(folder.log_path.with_name(name))
+        self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        root = logging.getLogger("rpg_llm")
+        root.setLevel(logging.INFO)
+        root.addHandler(self._handler)
+        self._tb = None
+
+    @property
+    def tb(self) -> Any:
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.folder.tb_dir), purge_step=self.start_step)
+        return self._tb
+
+    def record(self, rec: StepRecord, t_start: float) -> StepRecord:
+        """Set ``rec.step_seconds`` (from ``t_start``, a ``perf_counter`` value) and, on the
+        main process, write TensorBoard scalars, the metrics line and the log line."""
+        if not self.main:
+            rec.step_seconds = time.perf_counter() - t_start
+            return rec
+        for k, v in rec.flat().items():
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                self.tb.add_scalar(k, v, rec.step)
+        rec.step_seconds = time.perf_counter() - t_start
+        self.tb.add_scalar("step_seconds", rec.step_seconds, rec.step)
+        self.tb.flush()
+        self.folder.append_metrics(rec.flat())
+        log.info("step %d: %s", rec.step, json.dumps(rec.flat(), default=float))
+        return rec
+
+    def write_samples(
+        self, samples: list[Any], rewards: np.ndarray | None, tokens: list[int] | None
+    ) -> None:
+        """Main process: every sample's script under ``scripts/`` and its ``samples.csv`` row."""
+        if not self.main:
+            return
+        for s in samples:
+            self.folder.write_script(s.step, s.row, s.code)
+        self.folder.append_samples_csv(sample_rows(samples, self.folder, rewards, tokens))
+
+    def reset_samples(self, seeds: list[Any], done: int) -> None:
+        """Main process, before the first step run: seeds, then the rows of steps ``1..done``."""
+        if not self.main:
+            return
+        for s in seeds:
+            self.folder.write_script(s.step, s.row, s.code)
+        self.folder.reset_samples_csv(sample_rows(seeds, self.folder), done)
+
+    def checkpoint(self, ppo: Any, step: int, keep: int) -> None:
+        """Save the trainer state after ``step`` (collective), prune old checkpoints and the
+        rollouts they cover."""
+        ppo.save(self.folder.checkpoint_path(step))
+        if self.main:
+            self.folder.prune_checkpoints(keep)
+            self.folder.prune_rollouts(step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        logging.getLogger("rpg_llm").removeHandler(self._handler)
+        self._handler.close()

@@ -1,0 +1,149 @@
+"""Rollout stage: parents -> prompts -> one response per prompt (paper Algorithm 1, lines 3-5).
+
+Parents are the top-``B`` buffer entries by ``raw_reward - rho_hat * time`` (vanilla: raw reward;
+DESIGN.md section 7); the base prompt while the buffer is empty. Generation is seeded per step
+(and per process), so a step's responses depend only on the run seed, the step and the policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rpg_llm.prompts import base_prompt, improve_prompt
+
+__all__ = ["Rollout", "prompt_hash", "make_prompts", "generate_rollout", "CHAT_TEMPLATE_ROOM"]
+
+CHAT_TEMPLATE_ROOM = 32  # tokens kept free for the chat template around a prompt
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """The prompts and responses of one step (saved before execution, replayed on resume).
+
+    Attributes:
+        step: training step.
+        prompts: ``B`` prompt texts; parent_ids: ``B`` buffer ids (None: the base prompt).
+        query_ids, response_ids: ``B`` token-id lists (int).
+        texts: ``B`` decoded responses.
+        gen_seconds: wall time of generation, seconds (the slowest process).
+        gen_tokens: response tokens in all.
+        capped: responses that reached ``max_new_tokens`` (cut at the token cap).
+    """
+
+    step: int
+    prompts: list[str]
+    parent_ids: list[int | None]
+    query_ids: list[list[int]]
+    response_ids: list[list[int]]
+    texts: list[str]
+    gen_seconds: float
+    gen_tokens: int
+    capped: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Rollout:
+        """From :meth:`to_dict` or a rollout file of an older run (no ``capped``)."""
+        return cls(**{k: d[k] for k in d if k in cls.__dataclass_fields__})
+
+
+def prompt_hash(text: str) -> str:
+    """First 16 hex digits of the prompt's SHA-256 (stored with each sample)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _outcome_for_prompt(sample: Any) -> str:
+    text = sample.outcome_text or sample.status
+    return f"{text} (ran {sample.exec_time:.1f} s)"
+
+
+def make_prompts(
+    buffer: Any,
+    run: str,
+    batch_size: int,
+    rho: float | None,
+    description: str,
+    timeout_s: float,
+    max_prompt_tokens: int,
+    tokenizer: Any,
+) -> tuple[list[str], list[int | None]]:
+    """``B`` prompts and their parents' ids.
+
+    Args:
+        rho: ``rho_hat`` for the RPG parent ranking; None ranks by raw reward (vanilla).
+        timeout_s: the time limit stated in the prompt, seconds.
+        max_prompt_tokens: prompt budget in tokens (the parent's code is cut to fit).
+    """
+    parents = buffer.top(batch_size, rho, run=run)
+    if not parents:
+        return [base_prompt(description, timeout_s)] * batch_size, [None] * batch_size
+
+    def count(s: str) -> int:
+        return len(tokenizer(s, add_special_tokens=False)["input_ids"])
+
+    budget = max_prompt_tokens - CHAT_TEMPLATE_ROOM
+    prompts = [
+        improve_prompt(description, p.code, _outcome_for_prompt(p), timeout_s, budget, count)
+        for p in parents
+    ]
+    return prompts, [p.id for p in parents]
+
+
+def generate_rollout(
+    step: int,
+    prompts: list[str],
+    parent_ids: list[int | None],
+    policy: Any,
+    model: Any,
+    sampling: Any,
+    seed: int,
+    dist: Any,
+    cpu_threads: int | None,
+) -> Rollout:
+    """Generate one response per prompt, each process its rows, gathered in row order.
+
+    Args:
+        policy: :class:`rpg_llm.policy.Policy` (tokenizer, device); model: the module to sample
+            from (the PPO actor). sampling: :class:`rpg_llm.config.SamplingConfig`.
+        seed: the run seed (the step's generator is seeded from it, the step and the rank).
+        dist: :class:`rpg_llm.loop.dist.Dist`.
+    """
+    from rpg_llm.policy import chat_prompt_ids, generate
+
+    tok = policy.tokenizer
+    query_ids = [chat_prompt_ids(tok, p, sampling.max_prompt_tokens) for p in prompts]
+    mine = dist.shard(len(prompts))
+    gen = generate(
+        policy,
+        [query_ids[i] for i in mine],
+        max_new_tokens=sampling.max_new_tokens,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        seed=seed * 1_000_003 + step + 7919 * dist.rank,
+        model=model,
+        batch_size=sampling.gen_batch_size,
+        cpu_threads=cpu_threads,
+    )
+    responses: list[Any] = [None] * len(prompts)
+    texts: list[Any] = [None] * len(prompts)
+    seconds = 0.0
+    for rows, resp, txt, sec in dist.gather((mine, gen.response_ids, gen.texts, gen.seconds)):
+        for i, r, t in zip(rows, resp, txt, strict=True):
+            responses[i], texts[i] = r, t
+        seconds = max(seconds, sec)
+    return Rollout(
+        step=step,
+        prompts=prompts,
+        parent_ids=parent_ids,
+        query_ids=query_ids,
+        response_ids=responses,
+        texts=texts,
+        gen_seconds=seconds,
+        gen_tokens=sum(len(r) for r in responses),
+        capped=sum(len(r) >= sampling.max_new_tokens for r in responses),
+    )

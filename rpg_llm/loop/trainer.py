@@ -1,0 +1,340 @@
+"""The self-improvement training loop: parents -> prompts -> scripts -> execution -> rewards -> PPO.
+
+:meth:`Trainer.step` is the paper's Algorithm 1 (DESIGN.md section 7), one stage per line:
+
+1. rollout (:mod:`.rollout`): the top-``B`` buffer entries by ``raw_reward - rho_hat * time``
+   (vanilla: raw reward) become improve prompts (the base prompt while the buffer is empty); one
+   response per prompt;
+2. execution (:mod:`.execution`): the fenced code blocks run in parallel in the sandbox and are
+   graded; every sample is stored durably;
+3. accounting (:mod:`.accounting`): the estimator is refitted on the slot sums and gives this
+   step's ``rho_hat``; rewards are relative ``r - rho_hat * delta`` (RPG) or raw (vanilla), plus
+   the improvement bonus;
+4. update (:mod:`.update`): one PPO step;
+5. recording (:mod:`.recording`): metrics, TensorBoard, checkpoints.
+
+Durability and resume: the responses of a step are saved before execution, the step's samples
+are stored in one transaction, and the trainer is checkpointed every ``checkpoint_every`` steps.
+Resuming restores the last checkpoint, rebuilds the estimator, the slot sums and the best score
+from the buffer, and replays later steps from their saved responses and stored outcomes, so that
+no sample is lost or stored twice.
+
+Several processes (``accelerate launch`` / ``torchrun``, e.g. FSDP over GPUs; :mod:`.dist`):
+each process samples its share of the rows (``rank::world``), the main process executes, grades
+and stores them and writes the run folder, every process gets the samples and computes the same
+rewards, and each trains on its share of the batch (gradients synchronised by accelerate).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rpg_llm.config import LoopConfig
+from rpg_llm.loop.accounting import Accounts, RateTracker, infra_mask
+from rpg_llm.loop.backends import Backends, default_backends
+from rpg_llm.loop.dist import Dist
+from rpg_llm.loop.execution import execute_rollout, execute_seeds
+from rpg_llm.loop.recording import Recorder, StepRecord, step_record
+from rpg_llm.loop.rollout import Rollout, generate_rollout, make_prompts
+from rpg_llm.loop.update import ppo_update, trainable_rows
+from rpg_llm.runfolder import RunFolder
+
+__all__ = ["Trainer", "train", "SEED_STEP"]
+
+log = logging.getLogger("rpg_llm.loop")
+
+SEED_STEP = 0  # buffer step of the seed solutions; training steps are 1..steps
+
+
+class Trainer:
+    """One run: the policy, PPO trainer, buffer, estimator and run folder, and the stages.
+
+    Use :func:`train`; this class exists so the benchmark and tests can drive single steps.
+
+    Raises:
+        ValueError: ``batch_size`` not a multiple of the process count, a missing task or model,
+            or (without ``resume``) a folder that already holds a run.
+    """
+
+    def __init__(
+        self,
+        cfg: LoopConfig,
+        run_dir: Path,
+        backends: Backends | None = None,
+        resume: bool = False,
+        progress: bool = True,
+        on_stage: Callable[[int, str], None] | None = None,
+    ):
+        from accelerate import Accelerator
+
+        self.cfg = cfg
+        on_cpu = cfg.device == "cpu" or not torch.cuda.is_available()
+        self.dist = Dist(Accelerator(cpu=on_cpu))  # cpu=True: several processes on CPUs (gloo)
+        if cfg.batch_size % self.dist.world:
+            raise ValueError(
+                f"--batch-size {cfg.batch_size} must be a multiple of the {self.dist.world} "
+                "processes"
+            )
+        self.folder = RunFolder(run_dir)
+        self.backends = backends or default_backends()
+        self.progress = progress
+        self.on_stage = on_stage or (lambda step, stage: None)
+        self.comp = self.backends.load_task(cfg.task, cfg.data_root)
+        if not resume:
+            self._create_folder()
+        self.recorder = Recorder(self.folder, self.dist.main, self.dist.rank)
+        log.info("run %s: %s", self.folder.root, json.dumps(cfg.to_dict(), default=str))
+        self._load_policy()
+        self.buffer = self._open_buffer()
+        self.sandbox = self.backends.make_sandbox(cfg.sandbox)
+        self.executor = self.backends.make_executor(cfg.executor, cfg.workers)
+        num_slots = cfg.num_slots or min(128, cfg.batch_size)
+        rates = RateTracker(self.backends.estimator, num_slots, cfg.seed, cfg.estimator_batches)
+        self.accounts = Accounts(rates, cfg.reward)
+        self.start_step = self._restore() if resume else 1
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def _create_folder(self) -> None:
+        cfg = self.cfg
+        seeded = "seeded" if cfg.seed_buffer else "unseeded"
+        record = cfg.to_dict() | {
+            "method": cfg.method,  # also at the top, for readers of the run folder
+            "competition": self.comp.id,
+            "seeded": cfg.seed_buffer,
+            "label": f"{cfg.method} ({seeded})",
+            "torch": torch.__version__,
+        }
+        if self.dist.main:
+            self.folder.create(record)
+        self.dist.barrier()
+
+    def _load_policy(self) -> None:
+        from rpg_llm.policy import load_policy
+        from rpg_llm.ppo import PPOTrainer
+
+        t0 = time.perf_counter()
+        self.policy = load_policy(self.cfg.model, device=self.cfg.device or self.dist.acc.device)
+        if self.policy.device.type == "cpu" and self.cfg.cpu_threads:
+            torch.set_num_threads(self.cfg.cpu_threads)
+        torch.manual_seed(self.cfg.seed)
+        self.ppo = PPOTrainer(self.policy.model, self.cfg.ppo, accelerator=self.dist.acc)
+        log.info("policy %s loaded in %.1f s", self.policy.path, time.perf_counter() - t0)
+
+    def _open_buffer(self) -> Any:
+        capacity = self.cfg.buffer_capacity_factor * self.cfg.batch_size
+        buffer = None
+        if self.dist.main:  # the main process makes the database; the others open it after
+            buffer = self.backends.buffer_cls(self.folder.buffer_path, capacity=capacity)
+        self.dist.barrier()
+        return buffer or self.backends.buffer_cls(self.folder.buffer_path, capacity=capacity)
+
+    def _restore(self) -> int:
+        """Load the last checkpoint; returns the first step to run (the estimator and best
+        score are rebuilt in :meth:`rebuild`)."""
+        last = self.folder.latest_checkpoint()
+        if last is not None:
+            self.ppo.load(self.folder.checkpoint_path(last))
+        done = last or 0
+        self.recorder.start_step = done + 1
+        if self.dist.main:
+            self.folder.truncate_metrics(done)
+        log.info("resuming after step %d (checkpoint %s)", done, last)
+        return done + 1
+
+    # -- the buffer ----------------------------------------------------------------------------
+    def step_samples(self, step: int) -> list[Any]:
+        """The stored samples of ``step`` of this run, in row order."""
+        return self.buffer.step_samples(self.cfg.name, step)
+
+    def rebuild(self) -> None:
+        """Replay the estimator, slot sums and best score over the seeds and the checkpointed
+        steps ``1 .. start_step - 1`` from the buffer (the same refits as the first time)."""
+        self.accounts.feed_seeds(SEED_STEP, self.step_samples(SEED_STEP))
+        for step in range(1, self.start_step):
+            samples = self.step_samples(step)
+            if len(samples) != self.cfg.batch_size:
+                raise RuntimeError(f"buffer holds {len(samples)} samples for checkpointed {step}")
+            self.accounts.account(step, samples)
+
+    def seed_buffer(self) -> int:
+        """Execute, grade and store the task's baseline solutions as step 0 (once per run)."""
+        n = self._seed_buffer() if self.dist.main else 0
+        self.dist.barrier()
+        return n
+
+    def _seed_buffer(self) -> int:
+        if not self.cfg.seed_buffer or self.step_samples(SEED_STEP):
+            return 0
+        solutions = self.backends.baseline_solutions(self.comp.id)
+        if not solutions:
+            log.warning("task %s has no baseline solutions: the run starts unseeded", self.comp.id)
+            return 0
+        samples = execute_seeds(
+            solutions, self.cfg, self.comp, self.backends, self.sandbox, self.executor, SEED_STEP
+        )
+        self.buffer.add_many(samples)
+        log.info("seeded the buffer with %d baseline solutions", len(samples))
+        return len(samples)
+
+    # -- stages ---------------------------------------------------------------------------------
+    def prompts(self) -> tuple[list[str], list[int | None]]:
+        """This step's ``B`` prompts and parent ids (main process; see :mod:`.rollout`)."""
+        rho = self.accounts.rho_hat if self.cfg.method == "rpg" else None
+        return make_prompts(
+            self.buffer,
+            self.cfg.name,
+            self.cfg.batch_size,
+            rho,
+            self.comp.description,
+            self.cfg.timeout_s,
+            self.cfg.sampling.max_prompt_tokens,
+            self.policy.tokenizer,
+        )
+
+    def rollout(self, step: int) -> tuple[Rollout, bool]:
+        """The step's rollout and whether it was replayed from the run folder."""
+        saved = self.dist.on_main(self.folder.load_rollout, step)
+        if saved is not None:
+            return Rollout.from_dict(saved), True
+        prompts, parent_ids = self.dist.on_main(self.prompts)
+        rollout = generate_rollout(
+            step,
+            prompts,
+            parent_ids,
+            self.policy,
+            self.ppo.policy,
+            self.cfg.sampling,
+            self.cfg.seed,
+            self.dist,
+            self.cfg.cpu_threads,
+        )
+        if self.dist.main:
+            self.folder.save_rollout(step, rollout.to_dict())
+        return rollout, False
+
+    def execute(self, step: int, rollout: Rollout) -> tuple[list[Any], float]:
+        """Execute, grade and store on the main process; every process gets the samples."""
+        return self.dist.on_main(self._execute_main, step, rollout)
+
+    def _execute_main(self, step: int, rollout: Rollout) -> tuple[list[Any], float]:
+        stored = self.step_samples(step)
+        if len(stored) == self.cfg.batch_size:
+            return stored, 0.0
+        if stored:
+            raise RuntimeError(f"buffer holds a partial step {step} ({len(stored)} samples)")
+        samples, seconds = execute_rollout(
+            rollout, self.cfg, self.comp, self.backends, self.sandbox, self.executor
+        )
+        self.buffer.add_many(samples)
+        self.on_stage(step, "stored")
+        return self.step_samples(step), seconds
+
+    def checkpoint(self, step: int) -> None:
+        """Checkpoint every ``checkpoint_every`` steps and after the last one (collective)."""
+        if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
+            self.recorder.checkpoint(self.ppo, step, self.cfg.keep_checkpoints)
+            self.on_stage(step, "checkpointed")
+
+    # -- one step: Algorithm 1 -----------------------------------------------------------------
+    def step(self, step: int) -> StepRecord:
+        """Run training step ``step`` (each stage idempotent, see the module docstring)."""
+        t_start = time.perf_counter()
+        rho_parents = self.accounts.rho_hat
+        rollout, replayed = self.rollout(step)  # parents -> prompts -> responses
+        self.on_stage(step, "generated")
+        samples, exec_s = self.execute(step, rollout)  # scripts -> outcomes, stored
+        sr = self.accounts.account(step, samples)  # rho_hat of THIS step, rewards
+        self.recorder.write_samples(samples, sr.rewards, [len(r) for r in rollout.response_ids])
+        d = self.dist
+        rows = trainable_rows(self.cfg.batch_size, d.world, d.rank, infra_mask(samples))
+        pad = self.policy.tokenizer.pad_token_id
+        stats, ppo_s = ppo_update(self.ppo, rollout, sr.rewards, rows, pad)  # PPO
+        self.on_stage(step, "updated")
+        self.checkpoint(step)
+        best = self.accounts.best_generated
+        rec = step_record(
+            step, samples, sr, rho_parents, rollout, exec_s, ppo_s, stats, replayed, best
+        )
+        return self.recorder.record(rec, t_start)
+
+    def run(self) -> list[StepRecord]:
+        """Seed (once), then steps ``start_step .. cfg.steps`` with a progress display."""
+        self.seed_buffer()
+        self.rebuild()
+        self.recorder.reset_samples(self.step_samples(SEED_STEP), self.start_step - 1)
+        bar = self._progress_bar()
+        records = []
+        for step in range(self.start_step, self.cfg.steps + 1):
+            rec = self.step(step)
+            records.append(rec)
+            if self.dist.main:
+                self._say(rec.line(self.cfg.steps, self.cfg.batch_size), bar)
+            if bar is not None:
+                bar.set_postfix(
+                    rho_hat=f"{rec.rho_hat:.3g}",
+                    reward=f"{rec.mean_reward:.3g}",
+                    delta=f"{rec.mean_delta:.1f}s",
+                    valid=f"{rec.valid_fraction:.2f}",
+                    refresh=False,
+                )
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        return records
+
+    def _say(self, line: str, bar: Any) -> None:
+        log.info(line)
+        if bar is not None:
+            bar.write(line)
+        else:
+            print(line, flush=True)
+
+    def _progress_bar(self) -> Any:
+        if not (self.progress and self.dist.main):
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(
+            total=self.cfg.steps,
+            initial=self.start_step - 1,
+            desc=f"{self.cfg.method} steps",
+            unit="step",
+            dynamic_ncols=True,
+        )
+
+    def close(self) -> None:
+        shutdown = getattr(self.executor, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        close = getattr(self.buffer, "close", None)
+        if close is not None:
+            close()
+        self.recorder.close()
+
+
+def train(
+    cfg: LoopConfig,
+    run_dir: str | os.PathLike,
+    resume: bool = False,
+    backends: Backends | None = None,
+    progress: bool = True,
+    on_stage: Callable[[int, str], None] | None = None,
+) -> list[StepRecord]:
+    """Run (or resume) a training run in ``run_dir``; returns the records of the steps it ran.
+
+    Raises:
+        ValueError: bad settings, a missing task or model, or an existing run without ``resume``.
+    """
+    trainer = Trainer(cfg, Path(run_dir), backends, resume, progress, on_stage)
+    try:
+        return trainer.run()
+    finally:
+        trainer.close()

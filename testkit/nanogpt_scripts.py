@@ -12,7 +12,7 @@ import torch
 
 STEPS = 2
 
-_HEADER = '''
+_HEADER = """
 import os, sys
 import torch
 import torch.distributed as dist
@@ -33,9 +33,9 @@ class Tiny(nn.Module):
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = Tiny()
-'''
+"""
 
-_TRAIN = '''
+_TRAIN = """
 STEPS = {steps}
 {pre}
 for step in range(STEPS + 1):
@@ -46,7 +46,7 @@ for step in range(STEPS + 1):
 {post}
 ngpt_eval.save_model(model)
 dist.destroy_process_group()
-'''
+"""
 
 
 def script(pre: str = "", post: str = "", log_cond: str = "True", steps: int = STEPS) -> str:
@@ -98,12 +98,12 @@ def reads_heldout(path: str) -> str:
 
 def non_causal() -> str:
     """Saves a model whose logits at position t are a one-hot of token t+1 (it sees the answer)."""
-    pre = '''
+    pre = """
 class Peek(nn.Module):
     def forward(self, idx):
         nxt = torch.roll(idx, -1, dims=1)
         return 20.0 * F.one_hot(nxt, ngpt_data.VOCAB_SIZE).float()
-'''
+"""
     post = "model = Peek()\n"
     return script(pre=pre, post=post)
 

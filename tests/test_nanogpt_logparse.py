@@ -12,11 +12,16 @@ from rpg_llm.tasks.nanogpt.env import grade_log, script_error
 from rpg_llm.tasks.nanogpt.logparse import check_cadence, parse_val_lines
 from rpg_llm.tasks.nanogpt.settings import NanoGPTSettings
 
-SOURCE = '''import torch
-def log(step, train_steps, val_loss, training_time_ms):
-    print0(f"step:{step}/{train_steps} val_loss:{val_loss:.4f} train_time:{training_time_ms:.0f}ms step_avg:{training_time_ms/max(step, 1):.2f}ms", console=True)
-# example: step:0/10 val_loss:0.1000 train_time:0ms step_avg:0.00ms
-'''
+FMT = (
+    'f"step:{step}/{train_steps} val_loss:{val_loss:.4f} '
+    'train_time:{training_time_ms:.0f}ms step_avg:{training_time_ms/max(step, 1):.2f}ms"'
+)
+SOURCE = (
+    "import torch\n"
+    "def log(step, train_steps, val_loss, training_time_ms):\n"
+    f"    print0({FMT}, console=True)\n"
+    "# example: step:0/10 val_loss:0.1000 train_time:0ms step_avg:0.00ms\n"
+)
 
 
 def test_standard_line():
@@ -47,7 +52,9 @@ def test_extra_trailing_fields():
 
 
 def test_training_lines_are_not_val_lines():
-    log = "step:1/1750 train_time:241ms step_avg:241.00ms\nstep:2/1750 train_loss:5.1 train_time:1ms"
+    log = (
+        "step:1/1750 train_time:241ms step_avg:241.00ms\nstep:2/1750 train_loss:5.1 train_time:1ms"
+    )
     assert parse_val_lines(log) == []
 
 
@@ -113,8 +120,9 @@ def test_validity_rules_of_the_reference():
     # a timeout with timing, a val loss and the cadence kept is valid; its best loss counts
     to = grade_log(_log([0, 125], 250), "", "timeout", SET, have_checkpoint=False)
     assert to.valid and to.loss == pytest.approx(4.875)
-    assert not grade_log(_log([0, 125], 250, tt=False), "", "timeout", SET,
-                         have_checkpoint=False).valid
+    assert not grade_log(
+        _log([0, 125], 250, tt=False), "", "timeout", SET, have_checkpoint=False
+    ).valid
     assert not grade_log(_log([0, 125], 250), "", "ok", SET, have_checkpoint=False).valid
     assert not grade_log(_log([0, 125, 250], 250), "", "error", SET, have_checkpoint=False).valid
     assert not grade_log("no lines", "", "ok", SET, have_checkpoint=False).valid

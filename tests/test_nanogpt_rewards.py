@@ -25,7 +25,8 @@ def test_rpg_reward(loss, valid, want):
 
 
 @pytest.mark.parametrize(
-    "loss, valid, want", [(3.27, True, 6.73), (3.30, True, 6.70), (11.0, True, 0.0), (None, False, 0.0)]
+    "loss, valid, want",
+    [(3.27, True, 6.73), (3.30, True, 6.70), (11.0, True, 0.0), (None, False, 0.0)],
 )
 def test_rate_reward_has_no_bonus(loss, valid, want):
     assert rate_reward(loss, valid) == pytest.approx(want)

@@ -31,7 +31,7 @@ PROG = "python -m rpg_llm.tasks.nanogpt.calibrate"
 
 
 def calibrate(
-    seeds: int, sandbox: str = "auto", data_root: Path | None = None
+    seeds: int, sandbox: str = "auto", data_root: Path | None = None, command: str = ""
 ) -> dict[str, object]:
     """Run the baseline for ``seeds`` seeds; returns the calibration record.
 
@@ -55,10 +55,13 @@ def calibrate(
         "reported_final_val_losses": reported,
         "wall_s": walls,
         "seeds": list(range(seeds)),
-        "command": f"{PROG} --seeds {seeds} --sandbox {sandbox}",
+        "command": command or f"{PROG} --seeds {seeds} --sandbox {sandbox}",
         "measured_at_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-        "host": {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
-                 "python": platform.python_version()},
+        "host": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m": os.getloadavg()[0],
+            "python": platform.python_version(),
+        },
     }
 
 
@@ -71,7 +74,8 @@ def _main(argv: Sequence[str] | None) -> int:
     a = p.parse_args(argv)
     usage_check(a.seeds >= 1, f"--seeds must be >= 1, got {a.seeds}")
     usage_check(a.out.parent.is_dir(), f"--out folder {str(a.out.parent)!r} does not exist")
-    record = calibrate(a.seeds, a.sandbox, a.data_root)
+    args = " ".join(sys.argv[1:] if argv is None else argv)
+    record = calibrate(a.seeds, a.sandbox, a.data_root, f"{PROG} {args}".strip())
     a.out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"target_loss {record['target_loss']:.4f} -> {a.out}")
     return 0

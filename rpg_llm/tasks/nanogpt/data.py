@@ -22,7 +22,14 @@ from pathlib import Path
 
 from rpg_llm.tasks.nanogpt.settings import NanoGPTSettings
 
-__all__ = ["GUARD_DIR", "GUARD_FILES", "PUBLIC_FILES", "corpus_splits", "build_cpu_data", "hash_files"]
+__all__ = [
+    "GUARD_DIR",
+    "GUARD_FILES",
+    "PUBLIC_FILES",
+    "corpus_splits",
+    "build_cpu_data",
+    "hash_files",
+]
 
 GUARD_DIR = Path(__file__).with_name("guard")
 GUARD_FILES = ("ngpt_data.py", "ngpt_eval.py")
@@ -91,7 +98,7 @@ def build_cpu_data(root: Path, settings: NanoGPTSettings) -> tuple[Path, Path]:
     for name in GUARD_FILES:
         shutil.copyfile(GUARD_DIR / name, tmp / "public" / name)
     (tmp / "private" / "heldout.bin").write_bytes(splits["heldout"])
-    for dirpath, dirnames, filenames in os.walk(tmp):
+    for dirpath, _dirs, filenames in os.walk(tmp):
         os.chmod(dirpath, 0o755)
         for f in filenames:
             os.chmod(os.path.join(dirpath, f), 0o644)

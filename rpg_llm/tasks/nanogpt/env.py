@@ -106,7 +106,10 @@ _TB = re.compile(r"^(?:\[rank\d+\]:)?Traceback \(most recent call last\)", re.MU
 
 
 def script_error(stderr: str) -> str | None:
-    """``"Type at line N: message"`` of the worker's traceback in ``train_gpt.py`` (not torchrun's)."""
+    """``"Type at line N: message"`` of the worker's traceback in ``train_gpt.py``.
+
+    torchrun prints its own ``ChildFailedError`` traceback after the worker's; that one is skipped.
+    """
     text = re.sub(r"^\[rank\d+\]: ?", "", stderr, flags=re.MULTILINE)
     starts = [m.start() for m in _TB.finditer(text)] + [len(text)]
     for a, b in reversed(list(zip(starts, starts[1:], strict=False))):
@@ -249,8 +252,9 @@ def run_attempt(
     before = hash_files(task.public_dir, PUBLIC_FILES)
     if task.guard_hashes and _changed(task.guard_hashes, before):
         bad = _changed(task.guard_hashes, before)
-        return _outcome(task, "infra", 0.0, f"set-up error: guarded files changed {bad}", None,
-                        None, False)
+        return _outcome(
+            task, "infra", 0.0, f"set-up error: guarded files changed {bad}", None, None, False
+        )
     res = box.run(launcher_code(code, s), task.public_dir, timeout_s, hide=[task.private_dir])
     try:
         timed_out = res.status == "timeout"
@@ -277,8 +281,9 @@ def run_attempt(
         if s.official:
             loss, why = _official_loss(task, ckpt, kind)
             if loss is None:
-                return _outcome(task, "invalid", delta, f"invalid: {why}", None, reported,
-                                timed_out)
+                return _outcome(
+                    task, "invalid", delta, f"invalid: {why}", None, reported, timed_out
+                )
             if reported is not None and reported < loss - s.report_tolerance:
                 text = (
                     f"invalid: reported final val loss {reported:.4f} is below the official "

@@ -68,7 +68,9 @@ def main() -> None:
                     other = model(x2).float()
                     gap = (other[:, : p + 1] - logits[:, : p + 1]).abs().max().item()
                     if gap > 1e-4 * (1.0 + logits.abs().max().item()):
-                        _fail(f"the model is not causal: its logits at position {p} see later tokens")
+                        _fail(
+                            f"the model is not causal: its logits at position {p} see later tokens"
+                        )
             loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1), reduction="sum")
             total += float(loss)
             count += y.numel()

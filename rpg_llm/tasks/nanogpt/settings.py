@@ -13,7 +13,7 @@ from pathlib import Path
 __all__ = ["NanoGPTSettings", "SPEEDRUN", "cpu_settings", "TARGET_FILE"]
 
 TARGET_FILE = Path(__file__).with_name("target_cpu.json")
-"""Calibrated target of the CPU stand-in (written by ``python -m rpg_llm.tasks.nanogpt.calibrate``)."""
+"""Calibrated target of the CPU stand-in (``python -m rpg_llm.tasks.nanogpt.calibrate``)."""
 
 
 @dataclass(frozen=True)

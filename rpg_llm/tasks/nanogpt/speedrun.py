@@ -76,7 +76,9 @@ def check_speedrun_setup(
         raise ValueError(f"nproc must be an int >= 1, got {nproc!r}")
     sdir = Path(speedrun_dir).expanduser()
     if not sdir.is_dir():
-        raise ValueError(f"--speedrun-dir {str(sdir)!r} is not a folder (a modded-nanogpt checkout)")
+        raise ValueError(
+            f"--speedrun-dir {str(sdir)!r} is not a folder (a modded-nanogpt checkout)"
+        )
     if not (sdir / "train_gpt.py").is_file():
         raise ValueError(f"--speedrun-dir {str(sdir)!r} holds no train_gpt.py")
     root = Path(data_root).expanduser()
@@ -122,7 +124,9 @@ def budget_curve(
     """
     n = len(deltas)
     if len(losses) != n or len(valid) != n:
-        raise ValueError(f"deltas, losses, valid differ in length: {n}, {len(losses)}, {len(valid)}")
+        raise ValueError(
+            f"deltas, losses, valid differ in length: {n}, {len(losses)}, {len(valid)}"
+        )
     d = np.asarray(deltas, dtype=np.float64)
     if n and (not np.isfinite(d).all() or (d < 0).any()):
         raise ValueError(f"deltas must be finite seconds >= 0, got {list(deltas)}")

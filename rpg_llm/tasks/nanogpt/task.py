@@ -5,8 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rpg_llm.tasks.nanogpt.data import GUARD_DIR, GUARD_FILES, PUBLIC_FILES, build_cpu_data
-from rpg_llm.tasks.nanogpt.data import hash_files
+from rpg_llm.tasks.nanogpt.data import (
+    GUARD_DIR,
+    GUARD_FILES,
+    PUBLIC_FILES,
+    build_cpu_data,
+    hash_files,
+)
 from rpg_llm.tasks.nanogpt.settings import NanoGPTSettings, cpu_settings
 
 __all__ = ["NanoGPTTask", "TASK_IDS", "load_task", "baseline_solutions", "describe"]

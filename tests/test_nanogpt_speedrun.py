@@ -101,3 +101,38 @@ def test_budget_curve_rejects_bad_input():
         budget_curve([1.0], [], [])
     with pytest.raises(ValueError, match="deltas must be finite"):
         budget_curve([-1.0], [3.0], [True])
+
+
+FAKE_RECORD = """import os, sys
+import kernels
+code = open(sys.argv[0]).read()
+print(code)
+print("=" * 100)
+assert os.path.isdir(os.path.join(os.environ["DATA_PATH"], "data", "fineweb10B"))
+# the format string as records hold it, with placeholders:
+FMT = "step:{step}/{train_steps} val_loss:{val_loss:.4f} train_time:{t:.0f}ms step_avg:{a:.2f}ms"
+print("step:0/250 val_loss:10.8258 train_time:0ms step_avg:nanms")
+print("step:1/250 train_time:300ms step_avg:300.00ms")
+print("step:125/250 val_loss:3.9000 train_time:37500ms step_avg:300.00ms ema_beta:0.9900")
+print("step:250/250 val_loss:3.2700 train_time:75.000s step_avg:300.00ms ema_beta:0.9950")
+"""
+
+
+@pytest.mark.slow
+def test_speedrun_task_runs_a_record_style_script(setup, tmp_path):
+    from rpg_llm.tasks.nanogpt import run_attempt
+    from rpg_llm.tasks.nanogpt.speedrun import load_speedrun_task
+
+    sdir, data = setup
+    (sdir / "kernels.py").write_text("X = 1\n")
+    (sdir / "train_gpt.py").write_text(FAKE_RECORD)
+    # the shard folder itself as --data-root: DATA_PATH becomes a link farm
+    task = load_speedrun_task(
+        sdir, data / "data" / "fineweb10B", nproc=1, gpus=1, cache_dir=tmp_path / "c"
+    )
+    assert task.guarded == ("kernels.py",)
+    o = run_attempt(FAKE_RECORD, task, "bwrap")  # the setting forces subprocess (GPUs)
+    assert o.status == "ok", o.outcome_text
+    assert o.score == pytest.approx(3.27)  # min over val lines, the logged one (no checkpoint)
+    assert o.raw_reward == pytest.approx(6.73 + 5 + 100 * 0.01)
+    assert o.vanilla_reward == pytest.approx(-o.delta + 20000 * 0.01)

@@ -26,7 +26,7 @@ from typing import Any
 
 from rpg_llm.sandbox import make_sandbox
 from rpg_llm.sandbox.base import describe_exception
-from rpg_llm.tasks.nanogpt.data import PUBLIC_FILES, hash_files
+from rpg_llm.tasks.nanogpt.data import hash_files
 from rpg_llm.tasks.nanogpt.logparse import ValLine, check_cadence, parse_val_lines
 from rpg_llm.tasks.nanogpt.rewards import (
     charged_time,
@@ -87,15 +87,19 @@ class Verdict:
         self.valid, self.reason, self.loss, self.lines = valid, reason, loss, lines
 
 
-def launcher_code(code: str, settings: NanoGPTSettings) -> str:
+def launcher_code(
+    code: str, settings: NanoGPTSettings, env: tuple[tuple[str, str], ...] = ()
+) -> str:
     """The sandbox's ``solution.py``: write ``code`` to ``train_gpt.py`` and exec ``torchrun``.
 
-    ``./input`` goes on ``PYTHONPATH`` so that the guarded modules import by name.
+    ``./input`` goes on ``PYTHONPATH`` so that the guarded modules import by name; ``env`` adds
+    variables (e.g. the speedrun's ``DATA_PATH``).
     """
     return (
         "import os, sys\n"
         f"open({SCRIPT!r}, 'w', encoding='utf-8').write({code!r})\n"
         "os.environ['PYTHONPATH'] = os.path.abspath('input')\n"
+        f"os.environ.update({dict(env)!r})\n"
         "os.execv(sys.executable, [sys.executable, '-m', 'torch.distributed.run', "
         f"'--standalone', '--nproc_per_node={settings.nproc}', {SCRIPT!r}])\n"
     )
@@ -226,7 +230,8 @@ def run_attempt(
       code: the edited training script.
       task: a ``NanoGPTTask`` (``load_task``).
       sandbox: a ``Sandbox`` (only its backend kind is used: the attempt gets its own limits from
-        ``task.settings``), or a kind name (``"bwrap"``, ``"subprocess"``, ``"auto"``).
+        ``task.settings``), or a kind name (``"bwrap"``, ``"subprocess"``, ``"auto"``);
+        ``task.settings.sandbox`` overrides it.
       timeout_s: wall-clock limit, seconds (default ``task.settings.timeout_s``).
 
     Returns:
@@ -242,6 +247,7 @@ def run_attempt(
     if not isinstance(timeout_s, int | float) or not 0 < timeout_s < math.inf:
         raise ValueError(f"timeout_s must be a positive finite number, got {timeout_s!r}")
     kind = sandbox if isinstance(sandbox, str) else getattr(sandbox, "name", "auto")
+    kind = s.sandbox or kind
     box = make_sandbox(
         kind,
         memory_bytes=s.memory_bytes,
@@ -249,13 +255,15 @@ def run_attempt(
         threads=s.threads,
         drop_privileges=s.drop_privileges,
     )
-    before = hash_files(task.public_dir, PUBLIC_FILES)
+    before = hash_files(task.public_dir, task.guarded)
     if task.guard_hashes and _changed(task.guard_hashes, before):
         bad = _changed(task.guard_hashes, before)
         return _outcome(
             task, "infra", 0.0, f"set-up error: guarded files changed {bad}", None, None, False
         )
-    res = box.run(launcher_code(code, s), task.public_dir, timeout_s, hide=[task.private_dir])
+    res = box.run(
+        launcher_code(code, s, task.env), task.public_dir, timeout_s, hide=[task.private_dir]
+    )
     try:
         timed_out = res.status == "timeout"
         delta = float(timeout_s) if timed_out else float(res.delta)
@@ -263,7 +271,7 @@ def run_attempt(
         if (res.workdir / "input").is_dir() and any((res.workdir / "input").iterdir()):
             copies.append(res.workdir / "input")  # subprocess backend: the script's copy
         for folder in copies:
-            bad = _changed(before, hash_files(folder, PUBLIC_FILES))
+            bad = _changed(before, hash_files(folder, task.guarded))
             if bad:
                 text = f"invalid: guarded files were changed: {', '.join(bad)}"
                 return _outcome(task, "invalid", delta, text, None, None, timed_out)

@@ -39,6 +39,9 @@ class NanoGPTSettings:
       memory_bytes, nproc_limit, threads: sandbox limits (``SandboxLimits``) per attempt.
       eval_timeout_s: limit of the official evaluation, seconds (not charged to the sample).
       drop_privileges: ``SandboxLimits.drop_privileges`` (``None``: automatic).
+      sandbox: backend forced for this setting (``None``: the caller's).  The speedrun needs
+        ``"subprocess"``: bubblewrap's private ``/dev`` has no GPU device nodes and its private
+        ``/tmp`` hides host files there.
 
     Raises:
       ValueError: a non-positive count or limit.
@@ -61,6 +64,7 @@ class NanoGPTSettings:
     threads: int = 1
     eval_timeout_s: float = 300.0
     drop_privileges: bool | None = None
+    sandbox: str | None = None
 
     def __post_init__(self) -> None:
         for key in ("nproc", "val_every", "seq_len", "eval_batch", "vocab_size", "threads"):
@@ -93,6 +97,7 @@ SPEEDRUN = NanoGPTSettings(
     memory_bytes=1024 * 2**30,
     nproc_limit=65536,
     threads=8,
+    sandbox="subprocess",
 )
 """The reference setting (modded-nanogpt record scripts print their own val lines)."""
 

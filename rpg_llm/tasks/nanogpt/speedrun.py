@@ -165,3 +165,65 @@ def loss_chains(
             target,
         )
     return out
+
+
+def load_speedrun_task(
+    speedrun_dir: Path | str,
+    data_root: Path | str,
+    nproc: int = 8,
+    gpus: int | None = None,
+    cache_dir: Path | str | None = None,
+) -> Any:
+    """The ``nanogpt-speedrun`` task on the user's checkout and shards (checked first).
+
+    The checkout is the attempt's read-only ``./input`` (on ``PYTHONPATH``, so a record script's
+    local imports such as its kernel modules resolve); its top-level ``*.py`` files other than
+    ``train_gpt.py`` are guarded (hash-checked before and after each attempt).  ``DATA_PATH``
+    points at a folder whose ``data/fineweb10B`` holds the shards (a link farm in ``cache_dir``
+    when ``data_root`` is the shard folder itself).  Val losses are the record script's own
+    (``SPEEDRUN.official`` is False: record scripts save no checkpoint).
+
+    Args:
+      speedrun_dir, data_root, nproc, gpus: as in ``check_speedrun_setup``.
+      cache_dir: where the link farm goes (default: ``~/.cache/rpg/nanogpt-speedrun``).
+
+    Returns:
+      ``rpg_llm.tasks.nanogpt.task.NanoGPTTask``; baseline: the checkout's ``train_gpt.py``.
+
+    Raises:
+      ValueError: as ``check_speedrun_setup``.
+    """
+    from dataclasses import replace
+
+    from rpg_llm.tasks.nanogpt.data import hash_files
+    from rpg_llm.tasks.nanogpt.settings import SPEEDRUN
+    from rpg_llm.tasks.nanogpt.task import NanoGPTTask, describe_speedrun
+
+    check_speedrun_setup(speedrun_dir, data_root, nproc, gpus)
+    sdir = Path(speedrun_dir).expanduser().resolve()
+    root = Path(data_root).expanduser().resolve()
+    shards = fineweb_dir(root)
+    assert shards is not None  # checked above
+    if shards == root / "data" / "fineweb10B":
+        data_path = root
+    else:
+        base = Path(cache_dir or Path.home() / ".cache" / "rpg" / "nanogpt-speedrun")
+        link = base / "data" / "fineweb10B"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() and link.resolve() != shards:
+            link.unlink()
+        if not link.exists():
+            link.symlink_to(shards, target_is_directory=True)
+        data_path = base
+    guarded = tuple(sorted(p.name for p in sdir.glob("*.py") if p.name != "train_gpt.py"))
+    settings = replace(SPEEDRUN, nproc=nproc)
+    return NanoGPTTask(
+        id=settings.name,
+        description=describe_speedrun(settings),
+        settings=settings,
+        public_dir=sdir,
+        private_dir=sdir / ".rpg-no-private",
+        guard_hashes=hash_files(sdir, guarded),
+        guarded=guarded,
+        env=(("DATA_PATH", str(data_path)),),
+    )

@@ -30,8 +30,10 @@ class NanoGPTTask:
       settings: ``NanoGPTSettings``.
       public_dir: folder the script sees read-only at ``./input``.
       private_dir: folder holding ``heldout.bin``; hidden from the script.
-      guard_hashes: SHA-256 of every public file when the task was loaded (checked before and
+      guard_hashes: SHA-256 of every guarded file when the task was loaded (checked before and
         after each attempt).
+      guarded: names of the guarded files inside ``public_dir``.
+      env: extra environment variables of the attempt, as ``((name, value), ...)``.
     """
 
     id: str
@@ -40,6 +42,8 @@ class NanoGPTTask:
     public_dir: Path
     private_dir: Path
     guard_hashes: dict[str, str] = field(default_factory=dict)
+    guarded: tuple[str, ...] = PUBLIC_FILES
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def describe(settings: NanoGPTSettings) -> str:
@@ -59,6 +63,20 @@ def describe(settings: NanoGPTSettings) -> str:
         "(B, T, 256) logits with causal attention. The score is the environment's own val loss "
         "of the saved model on held-out text; the reward grows as the loss falls and the run is "
         "faster. Answer with the complete script in one ```python block."
+    )
+
+
+def describe_speedrun(settings: NanoGPTSettings) -> str:
+    """The task description of the speedrun setting (base and improve prompts)."""
+    return (
+        f"Task {settings.name}: edit the modded-nanogpt training script train_gpt.py so that the "
+        f"GPT reaches FineWeb validation loss <= {settings.target_loss:g} as fast as possible. It "
+        f"runs as `torchrun --standalone --nproc_per_node={settings.nproc} train_gpt.py`, killed "
+        f"after {settings.timeout_s:g} s of wall time measured from launch (start-up and "
+        "compilation included). The data shards are under $DATA_PATH/data/fineweb10B. Print "
+        "`step:N/M val_loss:X train_time:Yms step_avg:Zms` at step 0, every "
+        f"{settings.val_every} steps and at the last step; keep the validation token budget. "
+        "Answer with the complete script in one ```python block."
     )
 
 

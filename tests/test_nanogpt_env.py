@@ -95,10 +95,10 @@ def test_non_causal_checkpoint_earns_no_reward(task):
 def test_edited_guard_file_earns_no_reward(tmp_path):
     # As root without a private uid, the subprocess backend lets the script write its copy of the
     # guarded folder: the hash check after the run must catch it.
-    settings = replace(TEST_SETTINGS, drop_privileges=False)
-    t = load_task("nanogpt-cpu", tmp_path, settings)
     if not _root():
         pytest.skip("needs root: a normal user cannot write the read-only copy either")
+    settings = replace(TEST_SETTINGS, drop_privileges=False)
+    t = load_task("nanogpt-cpu", tmp_path, settings)
     o = run_attempt(scripts.edits_guard(), t, "subprocess")
     assert o.status == "invalid" and "guarded files were changed: ngpt_eval.py" in o.outcome_text
     assert o.raw_reward == RPG_INVALID_REWARD

@@ -136,3 +136,14 @@ def test_speedrun_task_runs_a_record_style_script(setup, tmp_path):
     assert o.score == pytest.approx(3.27)  # min over val lines, the logged one (no checkpoint)
     assert o.raw_reward == pytest.approx(6.73 + 5 + 100 * 0.01)
     assert o.vanilla_reward == pytest.approx(-o.delta + 20000 * 0.01)
+
+
+def test_calibrate_cli_usage_errors_exit_2_with_one_line(capsys, tmp_path):
+    from rpg_core.cli import run_cli
+    from rpg_llm.tasks.nanogpt.calibrate import PROG, _main
+
+    assert run_cli(PROG, _main, ["--seeds", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--seeds must be >= 1, got 0" in err[0]
+    assert run_cli(PROG, _main, ["--out", str(tmp_path / "no" / "t.json")]) == 2
+    assert "--out folder" in capsys.readouterr().err

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rpg_llm.sandbox import make_sandbox
 from rpg_llm.sandbox.base import describe_exception
@@ -78,13 +78,20 @@ class NanoGPTOutcome:
     timed_out: bool = False
 
 
-class Verdict:
-    """Validity of a run: ``Verdict(valid, reason, loss)`` (a tiny record, see ``grade_log``)."""
+class Verdict(NamedTuple):
+    """Validity of a run from its log (``grade_log``).
 
-    __slots__ = ("valid", "reason", "loss", "lines")
+    Attributes:
+      valid: the log passes the validity rules.
+      reason: why not (empty when valid).
+      loss: the best (minimum) reported val loss when valid, nats per token.
+      lines: the parsed val lines.
+    """
 
-    def __init__(self, valid: bool, reason: str, loss: float | None, lines: list[ValLine]):
-        self.valid, self.reason, self.loss, self.lines = valid, reason, loss, lines
+    valid: bool
+    reason: str
+    loss: float | None
+    lines: list[ValLine]
 
 
 def launcher_code(

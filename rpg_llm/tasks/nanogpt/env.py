@@ -245,7 +245,8 @@ def run_attempt(
       ``NanoGPTOutcome``.
 
     Raises:
-      ValueError: ``code`` not a str or a bad ``timeout_s`` (before launching).
+      ValueError: ``code`` not a str or a bad ``timeout_s`` (before launching).  A sandbox or
+        official evaluation that cannot start is not raised: the outcome has status ``"infra"``.
     """
     s = task.settings
     if not isinstance(code, str):
@@ -268,9 +269,13 @@ def run_attempt(
         return _outcome(
             task, "infra", 0.0, f"set-up error: guarded files changed {bad}", None, None, False
         )
-    res = box.run(
-        launcher_code(code, s, task.env), task.public_dir, timeout_s, hide=[task.private_dir]
-    )
+    try:
+        res = box.run(
+            launcher_code(code, s, task.env), task.public_dir, timeout_s, hide=[task.private_dir]
+        )
+    except (OSError, RuntimeError) as exc:  # the sandbox could not start: not the script's fault
+        text = f"set-up error: the sandbox did not start: {type(exc).__name__}: {exc}"
+        return _outcome(task, "infra", 0.0, text[:300], None, None, False)
     try:
         timed_out = res.status == "timeout"
         delta = float(timeout_s) if timed_out else float(res.delta)
@@ -294,7 +299,11 @@ def run_attempt(
             return _outcome(task, status, delta, text, None, reported, timed_out)
         loss = verdict.loss
         if s.official:
-            loss, why = _official_loss(task, ckpt, kind)
+            try:
+                loss, why = _official_loss(task, ckpt, kind)
+            except (OSError, RuntimeError) as exc:
+                text = f"set-up error: the official evaluation did not start: {exc}"
+                return _outcome(task, "infra", delta, text[:300], None, reported, timed_out)
             if loss is None:
                 return _outcome(
                     task, "invalid", delta, f"invalid: {why}", None, reported, timed_out

@@ -118,7 +118,6 @@ print("step:250/250 val_loss:3.2700 train_time:75.000s step_avg:300.00ms ema_bet
 """
 
 
-@pytest.mark.slow
 def test_speedrun_task_runs_a_record_style_script(setup, tmp_path):
     from rpg_llm.tasks.nanogpt import run_attempt
     from rpg_llm.tasks.nanogpt.speedrun import load_speedrun_task

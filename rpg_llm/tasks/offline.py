@@ -361,13 +361,16 @@ def baseline_solutions(comp_id: str) -> list[tuple[str, str]]:
 
     The code is the script with its default constants (the leaderboard runs vary them); each
     follows the execution convention (reads ``./input/``, writes ``./submission.csv``), so the list
-    can seed a training buffer.
+    can seed a training buffer. A competition that is not an offline one (an MLE-Bench
+    competition, say) has no baselines: the list is empty (no seeds by default).
 
     Raises:
-        ValueError: unknown offline competition.
+        ValueError: a bad competition name (empty, or with a path separator).
     """
-    spec = _spec(comp_id)
-    folder = _solutions_dir(spec.id)
+    comp_id = resolve_id(comp_id)
+    if comp_id not in SPECS:
+        return []
+    folder = _solutions_dir(comp_id)
     return [(p.stem, p.read_text()) for p in sorted(folder.glob("*.py"))]
 
 

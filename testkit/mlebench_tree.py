@@ -44,9 +44,7 @@ DEFAULT_ID = "toy-tree-mae"
 BOARD = (0.05, 0.1, 0.2, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8)
 """Default leaderboard scores, best first (lower is better)."""
 
-GRADE_PY = '''"""Mean absolute error of column y; a test competition's own grader (no mlebench import)."""
-
-import numpy as np
+GRADE_PY = '''"""Mean absolute error of column y: a test competition's own grader (no mlebench)."""
 
 from .metric import mean_absolute_error
 
@@ -68,12 +66,12 @@ def grade(submission, answers):
     return mean_absolute_error(merged["y_true"].to_numpy(), merged["y_pred"].to_numpy(float))
 '''
 
-METRIC_PY = '''import numpy as np
+METRIC_PY = """import numpy as np
 
 
 def mean_absolute_error(y_true, y_pred):
     return float(np.mean(np.abs(np.asarray(y_true, float) - np.asarray(y_pred, float))))
-'''
+"""
 
 PERFECT_SOLUTION = """import pandas as pd
 

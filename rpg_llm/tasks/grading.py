@@ -193,9 +193,10 @@ _LOAD_LOCK = threading.Lock()
 _LOADED: dict[tuple[str, int], types.ModuleType] = {}
 
 
-def _mlebench_hint(exc: ImportError) -> str:
+def _mlebench_hint(exc: ImportError, uses_mlebench: bool) -> str:
+    """Why an import failed when the mlebench package is to blame ("" otherwise)."""
     name = getattr(exc, "name", None) or ""
-    if not (name == "mlebench" or name.startswith("mlebench.") or "mlebench" in str(exc)):
+    if not (uses_mlebench or name == "mlebench" or name.startswith("mlebench.")):
         return ""
     status, why = mlebench_status()
     if status == "absent":
@@ -239,7 +240,7 @@ def _load_file_module(path: Path, comp_id: str) -> types.ModuleType:
             sys.modules.pop(name, None)
             raise GradingSetupError(
                 f"competition {comp_id!r}: grader file {path} cannot be imported: "
-                f"{type(exc).__name__}: {exc}{_mlebench_hint(exc)}"
+                f"{type(exc).__name__}: {exc}{_mlebench_hint(exc, 'mlebench' in path.read_text())}"
             ) from exc
         except Exception as exc:  # noqa: BLE001 - a broken grade.py is a set-up error
             sys.modules.pop(name, None)
@@ -278,7 +279,7 @@ def load_grader(comp: Competition) -> Callable[[Any, Any], Any]:
         except ImportError as exc:
             raise GradingSetupError(
                 f"competition {comp.id!r}: cannot import grader module {module_name!r}: "
-                f"{type(exc).__name__}: {exc}{_mlebench_hint(exc)}"
+                f"{type(exc).__name__}: {exc}{_mlebench_hint(exc, 'mlebench' in module_name)}"
             ) from exc
         except Exception as exc:  # noqa: BLE001 - a broken grader module is a set-up error
             raise GradingSetupError(
@@ -292,8 +293,12 @@ def load_grader(comp: Competition) -> Callable[[Any, Any], Any]:
     return fn
 
 
+_ROUND_TRIP = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
+"""MLE-Bench reads CSVs with round-trip float parsing; pandas >= 3 does so by default."""
+
+
 def _read_csv(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path, float_precision="round_trip")
+    return pd.read_csv(path, **_ROUND_TRIP)
 
 
 def load_answers(comp: Competition) -> Any:

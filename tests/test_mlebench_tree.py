@@ -158,6 +158,7 @@ def _partial_mlebench(root: Path) -> Path:
     return pkg.parent
 
 
+@pytest.mark.slow
 def test_partial_mlebench_install_is_reported_not_swallowed(tmp_path):
     site = _partial_mlebench(tmp_path)
     env = _env(site)

@@ -244,3 +244,27 @@ def test_seed_scripts_and_no_default_seeds_for_other_competitions(tmp_path):
     empty.mkdir()
     with pytest.raises(ValueError, match="no .py"):
         seed_scripts(empty)
+
+
+def test_flag_helpers_name_the_flag_and_the_value(tmp_path, monkeypatch):
+    from rpg_core.cli import UsageError
+    from rpg_llm.tasks.cliflags import mlebench_dir_arg, seed_dir_arg
+
+    t = build_mlebench_tree(tmp_path)
+    monkeypatch.delenv("RPG_MLEBENCH_DIR", raising=False)
+    assert mlebench_dir_arg(None) is None
+    assert mlebench_dir_arg(t.tree) == t.tree
+    monkeypatch.setenv("RPG_MLEBENCH_DIR", str(t.tree))
+    assert mlebench_dir_arg(None) == t.tree
+    # load_competition takes the tree from the environment too
+    assert load_competition(t.comp_id, t.data_root).source == "tree"
+    monkeypatch.setenv("RPG_MLEBENCH_DIR", str(tmp_path / "data"))
+    with pytest.raises(UsageError, match="RPG_MLEBENCH_DIR .*data"):
+        mlebench_dir_arg(None)
+    assert seed_dir_arg(None) is None
+    with pytest.raises(UsageError, match="--seed-dir .*nope"):
+        seed_dir_arg(tmp_path / "nope")
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    (seeds / "s.py").write_text("x = 1\n")
+    assert seed_dir_arg(seeds) == [("s", "x = 1\n")]

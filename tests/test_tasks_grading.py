@@ -27,7 +27,7 @@ from rpg_llm.tasks import (
     raw_reward,
 )
 from rpg_llm.tasks import metrics as M
-from rpg_llm.tasks.grading import medal_positions
+from rpg_llm.tasks.grading import checked_score, medal_positions
 from testkit.mlebench_tree import build_mlebench_tree, write_submission
 
 CLASSES = ["a", "b", "c"]
@@ -507,3 +507,14 @@ def test_bbc_like_flat_board_no_longer_becomes_higher_is_better(tmp_path):
     pd.DataFrame({"score": [1.6, 0.06, 1.6]}).to_csv(comp_dir / "leaderboard.csv", index=False)
     with pytest.raises(ValueError, match="'flat'.*ambiguous"):
         load_competition("flat", tmp_path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-(10**9), 10**9), st.floats(-0.4, 0.4))
+def test_checked_score_rounds_within_half_a_unit_to_the_5_decimal_value(k, frac):
+    # any value within 0.4e-5 of the 5-decimal number k * 1e-5 is scored as that number, so it
+    # ties a board entry holding it
+    value = k * 1e-5 + frac * 1e-5
+    score, reason = checked_score(value)
+    assert reason == "" and score == round(k * 1e-5, SCORE_DECIMALS)
+    assert checked_score(score) == (score, "")  # idempotent

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from rpg_llm.tasks import (
     GradingSetupError,
@@ -207,6 +208,16 @@ def test_load_grader_errors_are_setup_errors(tmp_path):
     with pytest.raises(GradingSetupError, match="answers file") as info:
         grade_submission(comp, sub)
     assert isinstance(info.value, ValueError)
+
+
+def test_malformed_grade_fn_is_a_clear_error(tmp_path):
+    t = build_mlebench_tree(tmp_path)
+    for bad in ("...grade:grade", "grade", "m:", ":grade", "a..b:grade"):
+        config = yaml.safe_load((t.comp_dir / "config.yaml").read_text())
+        config["grader"]["grade_fn"] = bad
+        (t.comp_dir / "config.yaml").write_text(yaml.safe_dump(config))
+        with pytest.raises(ValueError, match="grader.grade_fn must be 'module:function'"):
+            load_competition(t.comp_id, t.data_root, t.tree)
 
 
 def test_tasks_list_shows_what_is_prepared(tmp_path):

@@ -141,7 +141,7 @@ def split_grade_fn(spec: Any, where: str = "grade_fn") -> tuple[str, str]:
     if not isinstance(spec, str):
         raise ValueError(f"{where} must be 'module:function', got {spec!r}")
     module_name, sep, fn_name = spec.partition(":")
-    if not sep or not module_name or not fn_name or ":" in fn_name:
+    if not sep or not all(module_name.split(".")) or not fn_name or ":" in fn_name:
         raise ValueError(f"{where} must be 'module:function', got {spec!r}")
     return module_name, fn_name
 

@@ -110,6 +110,11 @@ def test_tasks_cli_unknown_name_exits_2(tmp_path, capsys):
     assert tasks_cli.main(["prepare", "text", "--workers", "0", "--data-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--workers" in err[0] and "0" in err[0]
+    assert tasks_cli.main(["prepare", "text", "--seed", "-3", "--data-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--seed" in err[0] and "-3" in err[0]
+    assert tasks_cli.main([]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert tasks_cli.main(["list", "--mlebench-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--mlebench-dir" in err[0] and str(tmp_path) in err[0]

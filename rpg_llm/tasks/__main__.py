@@ -91,6 +91,7 @@ def _prepare(args: Any, data_root: Path, tree: Path | None) -> int:
     usage_check(
         args.workers is None or args.workers >= 1, f"--workers must be >= 1, got {args.workers}"
     )
+    usage_check(args.seed >= 0, f"--seed must be >= 0, got {args.seed}")
     total = time.perf_counter()
     for name in names:
         start = time.perf_counter()

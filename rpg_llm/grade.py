@@ -1,39 +1,47 @@
-"""CLI: ``python -m rpg_llm.grade COMPETITION SUBMISSION.csv``.
+"""CLI: ``python -m rpg_llm.grade COMPETITION SUBMISSION.csv [--data-root D] [--mlebench-dir D]``.
 
 Prints one JSON object: ``competition, submission, score, valid, reason, percentile, medal,
-lower_is_better, raw_reward`` (raw reward per DESIGN.md section 7). Exit status 0 when the report
-was produced (valid or not), 2 with one line on stderr for a missing competition or file or any
-other usage error. The data root is ``--data-root``, else env ``RPG_DATA_ROOT``, else
-``~/.cache/rpg/competitions``.
+lower_is_better, raw_reward`` (raw reward per DESIGN.md section 7; ``score`` rounded to 5
+decimals as MLE-Bench does). Exit status 0 when the report was produced (valid or not); 2 with one
+line on stderr for a usage error (a missing submission file, an unknown or unprepared
+competition, a ``--mlebench-dir`` without ``mlebench/competitions``); 1 with one line when the
+competition cannot be graded at all (:class:`rpg_llm.tasks.GradingSetupError`: answers missing,
+grader not importable).
+
+The data root is ``--data-root``, else env ``RPG_DATA_ROOT``, else ``~/.cache/rpg/competitions``.
+The MLE-Bench tree is ``--mlebench-dir``, else env ``RPG_MLEBENCH_DIR``, else none: its
+``mlebench/competitions/<id>/`` is read directly (config.yaml, grade.py, leaderboard.csv,
+description.md), without the ``mlebench`` package (see :mod:`rpg_llm.tasks.format`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
+from rpg_core.cli import ArgumentParser, UsageError, run_cli, usage_check
+from rpg_llm.tasks.cliflags import add_mlebench_dir_flag, mlebench_dir_arg
 from rpg_llm.tasks.format import load_competition
 from rpg_llm.tasks.grading import grade_submission, raw_reward
 
+PROG = "python -m rpg_llm.grade"
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m rpg_llm.grade")
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
     parser.add_argument("competition", help="competition id or alias ('text')")
     parser.add_argument("submission", type=Path, help="submission CSV")
     parser.add_argument("--data-root", type=Path, default=None)
+    add_mlebench_dir_flag(parser)
     args = parser.parse_args(argv)
-    if not args.submission.is_file():
-        print(f"error: submission file not found: {args.submission}", file=sys.stderr)
-        return 2
+    usage_check(args.submission.is_file(), f"submission file not found: {args.submission}")
+    tree = mlebench_dir_arg(args.mlebench_dir)
     try:
-        comp = load_competition(args.competition, args.data_root)
-        report = grade_submission(comp, args.submission)
+        comp = load_competition(args.competition, args.data_root, tree)
     except ValueError as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from exc
+    report = grade_submission(comp, args.submission)  # GradingSetupError: exit 1, one line
     out = {"competition": comp.id, "submission": str(args.submission), **report.to_dict()}
     try:
         out["raw_reward"] = raw_reward(report)
@@ -43,5 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI under the project's exit-status convention; returns the exit status."""
+    return run_cli(PROG, _main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -17,6 +17,7 @@ from rpg_llm import grade as grade_cli
 from rpg_llm.tasks import __main__ as tasks_cli
 
 BOARD = [0.1, 0.2, 0.3, 0.4, 0.5]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _toy(root: Path) -> pd.DataFrame:
@@ -71,10 +72,11 @@ def test_grade_cli_missing_competition_or_file_exits_2_with_one_line(tmp_path, c
         captured = capsys.readouterr()
         assert captured.out == ""
         lines = captured.err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error:")
+        assert len(lines) == 1 and lines[0].startswith("python -m rpg_llm.grade: error:")
         assert "no-such-comp" in lines[0] or "missing.csv" in lines[0]
     # the module entry point behaves the same (one process, data root from the environment)
-    env = dict(os.environ, RPG_DATA_ROOT=str(tmp_path))
+    env = dict(os.environ, RPG_DATA_ROOT=str(tmp_path), PYTHONPATH=str(REPO))
+    env.pop("RPG_MLEBENCH_DIR", None)
     proc = subprocess.run(
         [sys.executable, "-m", "rpg_llm.grade", "no-such-comp", str(sub)],
         capture_output=True,
@@ -85,11 +87,37 @@ def test_grade_cli_missing_competition_or_file_exits_2_with_one_line(tmp_path, c
     assert len(proc.stderr.strip().splitlines()) == 1 and str(tmp_path) in proc.stderr
 
 
+def test_grade_cli_setup_error_exits_1_with_one_line(tmp_path, capsys):
+    _toy(tmp_path)
+    (tmp_path / "toy-mae" / "prepared" / "private" / "test.csv").unlink()
+    sub = tmp_path / "s.csv"
+    sub.write_text("id,y\n1,0\n")
+    assert grade_cli.main(["toy-mae", str(sub), "--data-root", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1
+    assert lines[0].startswith("python -m rpg_llm.grade: GradingSetupError:")
+    assert "answers file" in lines[0]
+
+
 def test_tasks_cli_unknown_name_exits_2(tmp_path, capsys):
     assert tasks_cli.main(["prepare", "no-such-task", "--data-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no-such-task" in err[0]
     assert tasks_cli.main(["prepare", "../x", "--data-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'../x'" in err[0]
+    assert tasks_cli.main(["prepare", "text", "--workers", "0", "--data-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--workers" in err[0] and "0" in err[0]
+    assert tasks_cli.main(["prepare", "text", "--seed", "-3", "--data-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--seed" in err[0] and "-3" in err[0]
+    assert tasks_cli.main([]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert tasks_cli.main(["list", "--mlebench-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--mlebench-dir" in err[0] and str(tmp_path) in err[0]
 
 
 def test_tasks_cli_prepare_without_board(tmp_path, capsys):
@@ -101,3 +129,7 @@ def test_tasks_cli_prepare_without_board(tmp_path, capsys):
     assert code == 0
     assert "digits-accuracy" in capsys.readouterr().out
     assert (tmp_path / "digits-accuracy" / "prepared" / "public" / "train.csv").is_file()
+    assert tasks_cli.main(["list", "--data-root", str(tmp_path)]) == 0
+    rows = dict(line.split("\t", 1) for line in capsys.readouterr().out.splitlines())
+    assert rows["digits-accuracy"] == "offline\tprepared"
+    assert rows["churn-auc"] == "offline\tnot prepared"

@@ -17,6 +17,7 @@ from sklearn import metrics as skm
 
 from rpg_llm.tasks import (
     INVALID_REWARD,
+    SCORE_DECIMALS,
     GradeReport,
     InvalidSubmissionError,
     grade_submission,
@@ -26,7 +27,8 @@ from rpg_llm.tasks import (
     raw_reward,
 )
 from rpg_llm.tasks import metrics as M
-from rpg_llm.tasks.grading import medal_positions
+from rpg_llm.tasks.grading import checked_score, medal_positions
+from testkit.mlebench_tree import build_mlebench_tree, write_submission
 
 CLASSES = ["a", "b", "c"]
 
@@ -324,33 +326,33 @@ def test_load_competition_missing_names_id_and_root(tmp_path):
 # ----------------------------------------------------------------------------- mlebench path
 
 
-def test_mlebench_registry_and_grader_used_when_importable(tmp_path, monkeypatch):
-    comp_dir, _ = make_folder_competition(tmp_path, "fake-mle")
+def fake_registry_grade(submission, answers):
+    """The grade_fn of the fake mlebench registry below: MAE of column y, not rounded."""
+    return float(np.mean(np.abs(submission["y"].to_numpy() - answers["y"].to_numpy())))
+
+
+def test_mlebench_registry_used_when_it_imports_completely(tmp_path, monkeypatch):
+    comp_dir, answers = make_folder_competition(tmp_path / "data", "fake-mle")
+    comp_dir_tree = tmp_path / "registry" / "fake-mle"
+    comp_dir_tree.mkdir(parents=True)
+    (comp_dir / "leaderboard.csv").rename(comp_dir_tree / "leaderboard.csv")
+    (comp_dir / "config.yaml").unlink()  # mlebench keeps the config outside the data root
     calls = []
-
-    def fake_grade_fn(submission, answers):  # never called by us: grade_csv is the grader
-        raise AssertionError("our code must go through mlebench.grade.grade_csv")
-
     mle_comp = SimpleNamespace(
         id="fake-mle",
         description="fake description",
-        grader=SimpleNamespace(
-            grade_fn=fake_grade_fn, is_lower_better=lambda board: True, name="fake"
-        ),
+        grader=SimpleNamespace(grade_fn=fake_registry_grade, name="fake"),
         answers=comp_dir / "prepared" / "private" / "test.csv",
         sample_submission=comp_dir / "prepared" / "public" / "sample_submission.csv",
         public_dir=comp_dir / "prepared" / "public",
         private_dir=comp_dir / "prepared" / "private",
-        leaderboard=comp_dir / "leaderboard.csv",
+        leaderboard=comp_dir_tree / "leaderboard.csv",
     )
 
     class FakeRegistry:
-        def __init__(self, data_dir=None):
-            self.data_dir = data_dir
-
         def set_data_dir(self, data_dir):
             calls.append(("set_data_dir", Path(data_dir)))
-            return FakeRegistry(data_dir)
+            return self
 
         def get_competition(self, comp_id):
             calls.append(("get_competition", comp_id))
@@ -359,35 +361,160 @@ def test_mlebench_registry_and_grader_used_when_importable(tmp_path, monkeypatch
         def list_competition_ids(self):
             return ["fake-mle"]
 
-    def grade_csv(path, competition):
-        calls.append(("grade_csv", Path(path)))
-        score = None if Path(path).name == "bad.csv" else 0.15
-        return SimpleNamespace(score=score, valid_submission=score is not None)
-
-    def validate_submission(path, competition):
-        return False, "Submission invalid! The attempt to grade\nfailed: fake reason"
+    import importlib.machinery
 
     pkg = types.ModuleType("mlebench")
+    pkg.__spec__ = importlib.machinery.ModuleSpec("mlebench", None, is_package=True)
+    pkg.__path__ = []
     registry_mod = types.ModuleType("mlebench.registry")
     registry_mod.registry = FakeRegistry()
-    grade_mod = types.ModuleType("mlebench.grade")
-    grade_mod.grade_csv = grade_csv
-    grade_mod.validate_submission = validate_submission
+    helpers_mod = types.ModuleType("mlebench.grade_helpers")
     monkeypatch.setitem(sys.modules, "mlebench", pkg)
     monkeypatch.setitem(sys.modules, "mlebench.registry", registry_mod)
-    monkeypatch.setitem(sys.modules, "mlebench.grade", grade_mod)
+    monkeypatch.setitem(sys.modules, "mlebench.grade_helpers", helpers_mod)
 
-    comp = load_competition("fake-mle", tmp_path)
+    comp = load_competition("fake-mle", tmp_path / "data")
     assert comp.source == "mlebench" and comp.description == "fake description"
-    assert ("set_data_dir", tmp_path) in calls
-    good = tmp_path / "good.csv"
-    good.write_text("id,y\n1,1\n")
-    report = grade_submission(comp, good)
-    assert ("grade_csv", good) in calls
-    assert report.valid and report.score == 0.15
-    # 0.15 beats 9 of the 10 board entries (lower is better)
+    assert ("set_data_dir", tmp_path / "data") in calls
+    assert comp.lower_is_better  # board listed best first, 0.1 < 0.9
+    assert comp.grade_fn == f"{__name__}:fake_registry_grade"
+    path = tmp_path / "good.csv"
+    answers.assign(y=answers["y"] + 0.15).to_csv(path, index=False)
+    report = grade_submission(comp, path)
+    # the same rules as every source: 0.15 beats 9 of the 10 board entries (lower is better)
+    assert report.valid and report.score == pytest.approx(0.15, abs=1e-12)
     assert report.percentile == pytest.approx(0.9) and report.medal == "silver"
-    bad = tmp_path / "bad.csv"
-    bad.write_text("id\n1\n")
-    invalid = grade_submission(comp, bad)
-    assert not invalid.valid and "fake reason" in invalid.reason and "\n" not in invalid.reason
+    answers[["id"]].to_csv(path, index=False)
+    invalid = grade_submission(comp, path)
+    assert not invalid.valid and "KeyError" in invalid.reason and "\n" not in invalid.reason
+
+
+# ----------------------------------------------------------------------------- MLE-Bench's rules
+
+
+def _tree_comp(tmp_path: Path, grade_source: str | None = None, **kw):
+    t = build_mlebench_tree(tmp_path, grade_source=grade_source, **kw)
+    sub = write_submission(tmp_path / "sub.csv", t.answers["id"], t.answers["y"])
+    return load_competition(t.comp_id, t.data_root, t.tree), sub
+
+
+def _returning(expr: str, imports: str = "") -> str:
+    return f"{imports}\n\ndef grade(submission, answers):\n    return {expr}\n"
+
+
+@pytest.mark.parametrize(
+    ("raw", "board", "rounded", "percentile"),
+    [
+        # 0.1234549 rounds to 0.12345 and ties the entry 0.12345: half credit for the tie
+        ("0.1234549", (0.1, 0.12345, 0.2, 0.3), 0.12345, 0.625),
+        # 0.1234551 rounds to 0.12346: no tie, the entry 0.12345 beats it
+        ("0.1234551", (0.1, 0.12345, 0.2, 0.3), 0.12346, 0.5),
+        ("0.3000000001", (0.1, 0.2, 0.3, 0.4), 0.3, 0.375),
+    ],
+)
+def test_score_is_rounded_to_5_decimals_before_ranking(tmp_path, raw, board, rounded, percentile):
+    comp, sub = _tree_comp(tmp_path, _returning(raw), board=board)
+    report = grade_submission(comp, sub)
+    assert report.valid and report.score == rounded == round(float(raw), SCORE_DECIMALS)
+    assert report.percentile == pytest.approx(percentile)
+    unrounded = leaderboard_percentile(float(raw), np.array(board), lower_is_better=True)
+    if "4549" in raw:
+        assert unrounded != report.percentile  # without the rounding the tie is lost
+
+
+@pytest.mark.parametrize(
+    ("expr", "imports", "reason"),
+    [
+        ("float('nan')", "", "non-finite score nan"),
+        ("float('inf')", "", "non-finite score inf"),
+        ("-np.inf", "import numpy as np", "non-finite score -inf"),
+        ("np.float64('nan')", "import numpy as np", "non-finite"),
+        ("True", "", "bool (True), not a number"),
+        ("np.bool_(False)", "import numpy as np", "bool"),
+        ("'0.7'", "", "str '0.7', not a number"),
+        ("None", "", "NoneType None, not a number"),
+        ("[0.5]", "", "list [0.5], not a number"),
+        ("np.array([0.5])", "import numpy as np", "ndarray"),
+    ],
+)
+def test_grader_returning_a_non_number_makes_the_submission_invalid(
+    tmp_path, expr, imports, reason
+):
+    comp, sub = _tree_comp(tmp_path, _returning(expr, imports))
+    report = grade_submission(comp, sub)
+    assert not report.valid and report.score is None and reason in report.reason
+    assert raw_reward(report) == INVALID_REWARD
+
+
+@pytest.mark.parametrize(
+    ("expr", "imports", "score"),
+    [("np.float32(0.25)", "import numpy as np", 0.25), ("np.int64(2)", "import numpy as np", 2.0)],
+)
+def test_numpy_numbers_are_scores(tmp_path, expr, imports, score):
+    comp, sub = _tree_comp(tmp_path, _returning(expr, imports))
+    report = grade_submission(comp, sub)
+    assert report.valid and report.score == score and isinstance(report.score, float)
+
+
+def test_raising_grader_gives_invalid_with_the_reason(tmp_path):
+    source = (
+        "class InvalidSubmissionError(Exception):\n    pass\n\n"
+        "def grade(submission, answers):\n"
+        "    if len(submission) > 1:\n        raise InvalidSubmissionError('rows do not match')\n"
+        "    return 1 / 0\n"
+    )
+    comp, sub = _tree_comp(tmp_path, source)
+    report = grade_submission(comp, sub)
+    assert not report.valid and report.reason == "rows do not match"
+    write_submission(sub, [1], [0.0])
+    report = grade_submission(comp, sub)
+    assert not report.valid and report.reason.startswith("grader error ZeroDivisionError")
+
+
+def test_direction_from_config_else_board_and_ambiguous_board_is_an_error(tmp_path):
+    ascending = (0.1, 0.2, 0.3)
+    comp, sub = _tree_comp(tmp_path / "a", _returning("0.25"), board=ascending)
+    assert comp.lower_is_better  # first < last
+    assert grade_submission(comp, sub).percentile == pytest.approx(1 / 3)
+    comp, sub = _tree_comp(tmp_path / "b", _returning("0.25"), board=(0.3, 0.2, 0.1))
+    assert not comp.lower_is_better
+    assert grade_submission(comp, sub).percentile == pytest.approx(2 / 3)
+    # config.yaml's key wins over the board's order
+    comp, sub = _tree_comp(
+        tmp_path / "c", _returning("0.25"), board=ascending, lower_is_better=False
+    )
+    assert not comp.lower_is_better
+    assert grade_submission(comp, sub).percentile == pytest.approx(2 / 3)
+    # first == last: ambiguous, an error naming the competition unless config.yaml says
+    with pytest.raises(ValueError, match="'flat-board'.*ambiguous.*lower_is_better"):
+        _tree_comp(tmp_path / "d", comp_id="flat-board", board=(0.5, 0.4, 0.5))
+    comp, _ = _tree_comp(tmp_path / "e", board=(0.5, 0.5), lower_is_better=True)
+    assert comp.lower_is_better
+    with pytest.raises(ValueError, match="lower_is_better must be true or false"):
+        t = build_mlebench_tree(tmp_path / "f")
+        config = yaml.safe_load((t.comp_dir / "config.yaml").read_text())
+        config["lower_is_better"] = "yes"
+        (t.comp_dir / "config.yaml").write_text(yaml.safe_dump(config))
+        load_competition(t.comp_id, t.data_root, t.tree)
+    with pytest.raises(ValueError, match="no lower_is_better"):
+        _tree_comp(tmp_path / "g", board=None)
+
+
+def test_bbc_like_flat_board_no_longer_becomes_higher_is_better(tmp_path):
+    # the issue's case: a log-loss board whose first and last scores are equal used to be
+    # read as higher-is-better, so the uniform sample got gold
+    comp_dir, _ = make_folder_competition(tmp_path, "flat")
+    pd.DataFrame({"score": [1.6, 0.06, 1.6]}).to_csv(comp_dir / "leaderboard.csv", index=False)
+    with pytest.raises(ValueError, match="'flat'.*ambiguous"):
+        load_competition("flat", tmp_path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-(10**9), 10**9), st.floats(-0.4, 0.4))
+def test_checked_score_rounds_within_half_a_unit_to_the_5_decimal_value(k, frac):
+    # any value within 0.4e-5 of the 5-decimal number k * 1e-5 is scored as that number, so it
+    # ties a board entry holding it
+    value = k * 1e-5 + frac * 1e-5
+    score, reason = checked_score(value)
+    assert reason == "" and score == round(k * 1e-5, SCORE_DECIMALS)
+    assert checked_score(score) == (score, "")  # idempotent

@@ -2,9 +2,10 @@
 
 See DESIGN.md section 7. Public API::
 
-    Competition, default_data_root, load_competition, list_offline_competitions, prepare,
-    GradeReport, grade_submission, raw_reward, INVALID_REWARD, baseline_solutions,
-    DEFAULT_TEXT_TASK, TASK_ALIASES
+    Competition, default_data_root, default_mlebench_dir, load_competition,
+    list_offline_competitions, list_tree_competitions, is_prepared, mlebench_status, prepare,
+    GradeReport, GradingSetupError, grade_submission, load_grader, raw_reward, INVALID_REWARD,
+    SCORE_DECIMALS, baseline_solutions, seed_scripts, DEFAULT_TEXT_TASK, TASK_ALIASES
 """
 
 from rpg_llm.tasks.format import (
@@ -12,14 +13,21 @@ from rpg_llm.tasks.format import (
     TASK_ALIASES,
     Competition,
     default_data_root,
+    default_mlebench_dir,
+    is_prepared,
+    list_tree_competitions,
     load_competition,
+    mlebench_status,
     resolve_id,
 )
 from rpg_llm.tasks.grading import (
     INVALID_REWARD,
+    SCORE_DECIMALS,
     GradeReport,
+    GradingSetupError,
     grade_submission,
     leaderboard_percentile,
+    load_grader,
     medal_for,
     raw_reward,
 )
@@ -30,23 +38,32 @@ from rpg_llm.tasks.offline import (
     prepare,
     split_hash,
 )
+from rpg_llm.tasks.seeds import seed_scripts
 
 __all__ = [
     "DEFAULT_TEXT_TASK",
     "INVALID_REWARD",
+    "SCORE_DECIMALS",
     "TASK_ALIASES",
     "Competition",
     "GradeReport",
+    "GradingSetupError",
     "InvalidSubmissionError",
     "baseline_solutions",
     "default_data_root",
+    "default_mlebench_dir",
     "grade_submission",
+    "is_prepared",
     "leaderboard_percentile",
     "list_offline_competitions",
+    "list_tree_competitions",
     "load_competition",
+    "load_grader",
     "medal_for",
+    "mlebench_status",
     "prepare",
     "raw_reward",
     "resolve_id",
+    "seed_scripts",
     "split_hash",
 ]

@@ -1,9 +1,24 @@
 """Grading a submission CSV: score, validity with a reason, leaderboard percentile, medal, reward.
 
+MLE-Bench's grading rules (openai/mle-bench ``grade_helpers.Grader``, ``grade.grade_csv``), applied
+to every source of competition alike:
+
+* the grader is ``config.yaml``'s ``grader.grade_fn``, called as ``grade_fn(submission, answers)``
+  on two ``pandas.DataFrame`` (answers from a ``.csv``, or a list of dicts from a ``.jsonl``);
+  both CSVs are read with ``float_precision="round_trip"`` as MLE-Bench reads them;
+* a grader that raises (``InvalidSubmissionError`` or anything else) makes the submission
+  invalid, with the error as the reason; so does a return value that is not a real number
+  (a bool, a string such as ``"0.7"``, None, an array) or is NaN / infinite (MLE-Bench lets such
+  values through or crashes on them; we count them invalid with the reason);
+* the score is rounded to :data:`SCORE_DECIMALS` = 5 decimals (``round(float(score), 5)``) before
+  it is ranked, so a submission within rounding of a board entry ties with it;
+* a competition that cannot be graded at all (answers file missing or unreadable, the grader
+  not importable) raises :class:`GradingSetupError`: a set-up failure, not the submission's.
+
 Percentile (our definition, used for the reward of lower-is-better tasks): the fraction of
 leaderboard entries the submission beats, ties counting one half,
 ``(n_beaten + 0.5 * n_tied) / n`` in ``[0, 1]``; "beats" follows the competition's direction, and a
-tie is an exactly equal score (a re-run of a leaderboard script ties with its own entry).
+tie is an exactly equal (rounded) score.
 
 Medals: Kaggle's progression rules as MLE-Bench applies them (``kaggle.com/progression``): with
 ``n`` entries, the gold / silver / bronze thresholds are the scores at positions (1-based, best
@@ -18,17 +33,36 @@ percentile for lower-is-better ones; an invalid submission gets ``INVALID_REWARD
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import importlib.util
+import json
 import math
+import numbers
+import sys
+import threading
+import types
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from rpg_llm.tasks.format import Competition, import_fn, mlebench_registry
+from rpg_llm.tasks.format import Competition, mlebench_status, split_grade_fn
 
 INVALID_REWARD = -10.0
 """Raw reward of an invalid / missing submission (DESIGN.md section 7)."""
+
+SCORE_DECIMALS = 5
+"""Scores are rounded to this many decimals before ranking (MLE-Bench's ``Grader.__call__``)."""
+
+
+class GradingSetupError(ValueError):
+    """A competition cannot be graded at all: its answers are missing or unreadable, or its
+    grader cannot be imported. A set-up failure, not the submission's (the sandbox maps it to
+    outcome status ``"infra"``)."""
 
 
 @dataclass(frozen=True)
@@ -133,61 +167,201 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _grade_with_mlebench(comp: Competition, path: Path) -> GradeReport:
-    registry = mlebench_registry()
-    if registry is None:
-        raise ValueError(f"competition {comp.id!r} comes from mlebench, which is not importable")
-    from mlebench.grade import grade_csv, validate_submission  # type: ignore[import-not-found]
+def checked_score(value: Any) -> tuple[float | None, str]:
+    """Check a grader's return value and round it (module docstring).
 
-    mle = registry.set_data_dir(comp.root.parent).get_competition(comp.id)
-    report = grade_csv(path, mle)
-    if report.score is None or not report.valid_submission:
-        _, message = validate_submission(path, mle)
-        return _report(comp, None, _one_line(message))
-    return _report(comp, float(report.score), "")
+    Args:
+        value: what ``grade_fn`` returned.
+
+    Returns:
+        ``(round(float(value), SCORE_DECIMALS), "")`` for a finite real number (Python or NumPy
+        int / float); ``(None, reason)`` for a bool, a non-number (``"0.7"``, None, an array) or
+        NaN / inf.
+    """
+    if isinstance(value, bool | np.bool_):
+        return None, f"grader returned a bool ({value!r}), not a number"
+    if not isinstance(value, numbers.Real):
+        return None, _one_line(f"grader returned {type(value).__name__} {value!r}, not a number")
+    score = float(value)
+    if not math.isfinite(score):
+        return None, f"grader returned a non-finite score {score!r}"
+    return round(score, SCORE_DECIMALS), ""
+
+
+_TREE_PACKAGE = "_rpg_grade_files"
+_LOAD_LOCK = threading.Lock()
+_LOADED: dict[tuple[str, int], types.ModuleType] = {}
+
+
+def _mlebench_hint(exc: ImportError, uses_mlebench: bool) -> str:
+    """Why an import failed when the mlebench package is to blame ("" otherwise)."""
+    name = getattr(exc, "name", None) or ""
+    if not (uses_mlebench or name == "mlebench" or name.startswith("mlebench.")):
+        return ""
+    status, why = mlebench_status()
+    if status == "absent":
+        return "; it imports the mlebench package, which is not installed (pip install -e <tree>)"
+    if status == "partial":
+        return f"; it imports the mlebench package, which is only partly installed ({why})"
+    return ""
+
+
+def _load_file_module(path: Path, comp_id: str) -> types.ModuleType:
+    """Execute ``path`` as module ``grade`` of a private package whose ``__path__`` is its folder.
+
+    Relative imports (``from .classes import CLASSES``) resolve inside that folder; the package
+    name is unique per folder, so two trees with the same competition id do not collide. Modules
+    are cached by (path, modification time).
+    """
+    path = path.resolve()
+    key = (str(path), path.stat().st_mtime_ns)
+    with _LOAD_LOCK:
+        if key in _LOADED:
+            return _LOADED[key]
+        if _TREE_PACKAGE not in sys.modules:
+            root = types.ModuleType(_TREE_PACKAGE)
+            root.__path__ = []
+            sys.modules[_TREE_PACKAGE] = root
+        digest = hashlib.sha256(f"{path.parent}\0{key[1]}".encode()).hexdigest()[:16]
+        package_name = f"{_TREE_PACKAGE}.c{digest}"
+        package = types.ModuleType(package_name)
+        package.__path__ = [str(path.parent)]
+        package.__package__ = package_name
+        sys.modules[package_name] = package
+        name = f"{package_name}.{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise GradingSetupError(f"competition {comp_id!r}: cannot load grader file {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except ImportError as exc:
+            sys.modules.pop(name, None)
+            raise GradingSetupError(
+                f"competition {comp_id!r}: grader file {path} cannot be imported: "
+                f"{type(exc).__name__}: {exc}{_mlebench_hint(exc, 'mlebench' in path.read_text())}"
+            ) from exc
+        except Exception as exc:  # noqa: BLE001 - a broken grade.py is a set-up error
+            sys.modules.pop(name, None)
+            raise GradingSetupError(
+                f"competition {comp_id!r}: grader file {path} fails on import: "
+                f"{type(exc).__name__}: {_one_line(str(exc))}"
+            ) from exc
+        _LOADED[key] = module
+        return module
+
+
+def load_grader(comp: Competition) -> Callable[[Any, Any], Any]:
+    """The competition's ``grade_fn``: loaded from ``comp.grade_file`` by path when set (an
+    MLE-Bench tree's own ``grade.py``), else imported by name.
+
+    Call it before a run to fail early; :func:`grade_submission` calls it too.
+
+    Raises:
+        GradingSetupError: malformed ``grade_fn``, missing file, module failing to import
+            (a missing or partly installed mlebench package is named), no such function.
+    """
+    try:
+        module_name, fn_name = split_grade_fn(comp.grade_fn, f"competition {comp.id!r} grade_fn")
+    except ValueError as exc:
+        raise GradingSetupError(str(exc)) from exc
+    if comp.grade_file is not None:
+        if not Path(comp.grade_file).is_file():
+            raise GradingSetupError(
+                f"competition {comp.id!r}: grader file {comp.grade_file} not found"
+            )
+        module = _load_file_module(Path(comp.grade_file), comp.id)
+        where = str(comp.grade_file)
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise GradingSetupError(
+                f"competition {comp.id!r}: cannot import grader module {module_name!r}: "
+                f"{type(exc).__name__}: {exc}{_mlebench_hint(exc, 'mlebench' in module_name)}"
+            ) from exc
+        except Exception as exc:  # noqa: BLE001 - a broken grader module is a set-up error
+            raise GradingSetupError(
+                f"competition {comp.id!r}: grader module {module_name!r} fails on import: "
+                f"{type(exc).__name__}: {_one_line(str(exc))}"
+            ) from exc
+        where = module_name
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise GradingSetupError(f"competition {comp.id!r}: {where} has no function {fn_name!r}")
+    return fn
+
+
+_ROUND_TRIP = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
+"""MLE-Bench reads CSVs with round-trip float parsing; pandas >= 3 does so by default."""
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, **_ROUND_TRIP)
+
+
+def load_answers(comp: Competition) -> Any:
+    """The private answers: a DataFrame from a ``.csv``, a list of dicts from a ``.jsonl``.
+
+    Raises:
+        GradingSetupError: no answers path, file missing, unreadable or of another format.
+    """
+    path = comp.answers
+    if path is None or not Path(path).is_file():
+        raise GradingSetupError(f"competition {comp.id!r}: answers file {path} not found")
+    path = Path(path)
+    try:
+        if path.suffix == ".csv":
+            return _read_csv(path)
+        if path.suffix == ".jsonl":
+            with open(path) as fh:
+                return [json.loads(line) for line in fh if line.strip()]
+    except Exception as exc:  # noqa: BLE001 - unreadable answers are a set-up error
+        raise GradingSetupError(
+            f"competition {comp.id!r}: cannot read answers {path}: {_one_line(str(exc))}"
+        ) from exc
+    raise GradingSetupError(
+        f"competition {comp.id!r}: answers {path} must be a .csv or .jsonl file"
+    )
 
 
 def grade_submission(comp: Competition, submission_csv: Path) -> GradeReport:
-    """Grade a submission CSV against the competition's private answers.
-
-    Competitions from the mlebench registry are graded by ``mlebench.grade.grade_csv`` as it is
-    (its reason for an invalid submission comes from ``mlebench.grade.validate_submission``);
-    folder competitions call ``config.yaml``'s ``grader.grade_fn(submission_df, answers_df)``.
-    A missing / unreadable file, or a grader raising, gives an invalid report with the reason.
+    """Grade a submission CSV against the competition's private answers, by MLE-Bench's rules
+    (module docstring).
 
     Args:
         comp: a loaded competition.
         submission_csv: path of the CSV written by a solution.
 
     Returns:
-        The :class:`GradeReport`.
+        The :class:`GradeReport`: valid with the rounded score, percentile and medal; or invalid
+        with the reason (no file, not a .csv, unreadable, the grader raising on it, a grader
+        result that is not a finite real number).
 
     Raises:
-        ValueError: the competition's answers or grader cannot be loaded (a set-up error, not
-            the submission's fault).
+        GradingSetupError: the competition cannot be graded at all (answers missing or
+            unreadable, grader not importable).
     """
     path = Path(submission_csv)
-    if comp.source == "mlebench":
-        return _grade_with_mlebench(comp, path)
-    if comp.answers is None or not Path(comp.answers).is_file():
-        raise ValueError(f"competition {comp.id!r}: answers file {comp.answers} not found")
-    grade_fn = import_fn(comp.grade_fn)
+    answers = load_answers(comp)
+    grade_fn = load_grader(comp)
     if not path.is_file():
         return _report(comp, None, f"no submission file at {path}")
+    if path.suffix.lower() != ".csv":
+        return _report(comp, None, f"submission {path.name} is not a .csv file")
     try:
-        submission = pd.read_csv(path)
+        submission = _read_csv(path)
     except Exception as exc:  # noqa: BLE001 - any parse failure makes the submission invalid
         return _report(comp, None, _one_line(f"cannot read submission CSV: {exc}"))
-    answers = pd.read_csv(comp.answers)
     try:
-        score = grade_fn(submission, answers)
+        value = grade_fn(submission, answers)
     except Exception as exc:  # noqa: BLE001 - MLE-Bench also treats grader errors as invalid
         if type(exc).__name__ == "InvalidSubmissionError":
-            return _report(comp, None, _one_line(str(exc)))
+            return _report(comp, None, _one_line(str(exc)) or "invalid submission")
         return _report(comp, None, _one_line(f"grader error {type(exc).__name__}: {exc}"))
-    if score is None or not math.isfinite(float(score)):
-        return _report(comp, None, f"grader returned a non-finite score {score!r}")
-    return _report(comp, float(score), "")
+    score, reason = checked_score(value)
+    return _report(comp, score, reason)
 
 
 def raw_reward(report: GradeReport) -> float:

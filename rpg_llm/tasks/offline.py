@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import importlib.util
+import itertools
 import os
 import shutil
 import tempfile
@@ -52,7 +53,7 @@ from rpg_llm.tasks.format import (
     resolve_id,
 )
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Bumped when the prepared layout or a split changes; an older cached folder is rebuilt."""
 
 ID_COLUMN = "id"
@@ -146,6 +147,21 @@ class OfflineSpec:
 
 _M = "rpg_llm.tasks.metrics"
 
+
+def _grid(solution: str, **axes: list) -> tuple[tuple[str, dict], ...]:
+    """Ladder entries of ``solution`` over the product of ``axes`` (constant name -> values),
+    in a fixed order: the first axis varies slowest."""
+    names = list(axes)
+    return tuple(
+        (solution, dict(zip(names, values, strict=True)))
+        for values in itertools.product(*(axes[n] for n in names))
+    )
+
+
+def _ladder(*parts: tuple[tuple[str, dict], ...]) -> tuple[tuple[str, dict], ...]:
+    return (("prior", {}),) + tuple(entry for part in parts for entry in part)
+
+
 _LOGLOSS_TEXT = (
     "Multi-class log loss, natural log: $-\\frac{1}{N}\\sum_i \\log p_{i,y_i}$ where $p_{i,k}$ is "
     "your probability that row $i$ belongs to class $k$. Probabilities must lie in [0, 1] and "
@@ -173,15 +189,17 @@ SPECS: dict[str, OfflineSpec] = {
                 "entertainment, politics, sports, tech."
             ),
             metric_text=_LOGLOSS_TEXT,
-            ladder=(
-                ("prior", {}),
-                ("nb_tfidf", {"MAX_FEATURES": 300, "ALPHA": 1.0}),
-                ("nb_tfidf", {"MAX_FEATURES": 3000, "ALPHA": 0.1}),
-                ("nb_tfidf", {"MAX_FEATURES": 30000, "ALPHA": 0.03}),
-                ("logreg_tfidf", {"C": 1.0, "MAX_FEATURES": 1000}),
-                ("logreg_tfidf", {"C": 10.0, "MAX_FEATURES": 5000}),
-                ("rf_tfidf", {"N_ESTIMATORS": 20, "SEED": 0}),
-                ("rf_tfidf", {"N_ESTIMATORS": 50, "SEED": 1}),
+            ladder=_ladder(
+                _grid(
+                    "nb_tfidf",
+                    MAX_FEATURES=[100, 300, 1000, 3000, 10000, 30000],
+                    ALPHA=[0.01, 0.03, 0.1, 0.3, 1.0],
+                ),
+                _grid(
+                    "logreg_tfidf", C=[0.3, 1.0, 3.0, 10.0, 30.0], MAX_FEATURES=[300, 1000, 5000]
+                ),
+                _grid("rf_tfidf", N_ESTIMATORS=[10, 30, 60], SEED=[0, 1]),
+                _grid("knn_tfidf", K=[1, 5, 25, 100]),
             ),
         ),
         OfflineSpec(
@@ -206,15 +224,27 @@ SPECS: dict[str, OfflineSpec] = {
                 "(errors on cheap and expensive houses count alike). Predictions must be > 0. "
                 "Lower is better."
             ),
-            ladder=(
-                ("prior", {}),
-                ("ridge", {"ALPHA": 100.0}),
-                ("ridge", {"ALPHA": 10.0}),
-                ("rf", {"N_ESTIMATORS": 20, "SEED": 0}),
-                ("rf", {"N_ESTIMATORS": 50, "SEED": 1}),
-                ("hgb", {"MAX_ITER": 30, "LEARNING_RATE": 0.1}),
-                ("hgb", {"MAX_ITER": 200, "LEARNING_RATE": 0.1}),
-                ("hgb", {"MAX_ITER": 400, "LEARNING_RATE": 0.05}),
+            ladder=_ladder(
+                _grid(
+                    "ridge",
+                    ALPHA=[0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0],
+                    FEATURES=["numeric", "all"],
+                ),
+                _grid("rf", N_ESTIMATORS=[10, 30, 60], SEED=[0, 1, 2]),
+                _grid("hgb", MAX_ITER=[10, 30, 100, 300], LEARNING_RATE=[0.05, 0.1, 0.2]),
+                _grid("knn", K=[3, 5, 10, 20, 50]),
+                _grid("tree", MAX_DEPTH=[2, 3, 4, 6, 8, 12]),
+                _grid(
+                    "one_feature",
+                    FEATURE=[
+                        "Gr_Liv_Area",
+                        "Total_Bsmt_SF",
+                        "First_Flr_SF",
+                        "Garage_Area",
+                        "Year_Built",
+                        "Lot_Area",
+                    ],
+                ),
             ),
         ),
         OfflineSpec(
@@ -234,14 +264,17 @@ SPECS: dict[str, OfflineSpec] = {
                 "species (Kaggle's leaf-classification task on the Flavia data)."
             ),
             metric_text=_LOGLOSS_TEXT,
-            ladder=(
-                ("prior", {}),
-                ("knn", {"K": 1}),
-                ("knn", {"K": 10}),
-                ("logreg", {"C": 0.1}),
-                ("logreg", {"C": 10.0}),
-                ("rf", {"N_ESTIMATORS": 30, "SEED": 0}),
-                ("rf", {"N_ESTIMATORS": 100, "SEED": 1}),
+            ladder=_ladder(
+                _grid("knn", K=[1, 3, 5, 10, 20, 40], WEIGHTS=["uniform", "distance"]),
+                _grid(
+                    "logreg",
+                    C=[0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0],
+                    FEATURES=["numeric", "all"],
+                ),
+                _grid("rf", N_ESTIMATORS=[10, 30, 100], SEED=[0, 1, 2]),
+                _grid("nb", VAR_SMOOTHING=[1e-9, 1e-6, 1e-3, 1e-2, 0.1]),
+                _grid("lda", SHRINKAGE=[0.001, 0.01, 0.1, 0.5]),
+                _grid("tree", MAX_DEPTH=[4, 8, 12, None]),
             ),
         ),
         OfflineSpec(
@@ -264,14 +297,29 @@ SPECS: dict[str, OfflineSpec] = {
                 "Area under the ROC curve of your `churn` column against the true 0/1 labels "
                 "(any real-valued score works; only its order matters). Higher is better."
             ),
-            ladder=(
-                ("prior", {}),
-                ("logreg", {"C": 0.01}),
-                ("logreg", {"C": 1.0}),
-                ("rf", {"N_ESTIMATORS": 20, "SEED": 0}),
-                ("rf", {"N_ESTIMATORS": 100, "SEED": 1}),
-                ("hgb", {"MAX_ITER": 20, "LEARNING_RATE": 0.05}),
-                ("hgb", {"MAX_ITER": 200, "LEARNING_RATE": 0.05}),
+            ladder=_ladder(
+                _grid("logreg", C=[0.001, 0.01, 0.1, 1.0, 10.0], FEATURES=["numeric", "all"]),
+                _grid("rf", N_ESTIMATORS=[10, 30, 100], SEED=[0, 1, 2]),
+                _grid("hgb", MAX_ITER=[10, 30, 100, 300], LEARNING_RATE=[0.03, 0.1, 0.3]),
+                _grid("tree", MAX_DEPTH=[1, 2, 3, 4, 6, 8, 12, None]),
+                _grid(
+                    "one_feature",
+                    FEATURE=[
+                        "number_customer_service_calls",
+                        "total_day_minutes",
+                        "total_day_charge",
+                        "total_eve_minutes",
+                        "total_intl_calls",
+                        "number_vmail_messages",
+                        "total_intl_minutes",
+                        "total_night_minutes",
+                        "account_length",
+                        "total_day_calls",
+                        "total_eve_calls",
+                    ],
+                ),
+                _grid("knn", K=[5, 25, 100]),
+                _grid("nb", VAR_SMOOTHING=[1e-9]),
             ),
         ),
         OfflineSpec(
@@ -290,15 +338,14 @@ SPECS: dict[str, OfflineSpec] = {
                 "`pixel0` ... `pixel63` (integers 0-16). Predict the digit (`label`, 0-9)."
             ),
             metric_text="Accuracy: the share of test images labelled right. Higher is better.",
-            ladder=(
-                ("prior", {}),
-                ("nb", {"VAR_SMOOTHING": 1e-9}),
-                ("knn", {"K": 1}),
-                ("knn", {"K": 9}),
-                ("logreg", {"C": 0.01}),
-                ("logreg", {"C": 1.0}),
-                ("rf", {"N_ESTIMATORS": 10, "SEED": 0}),
-                ("rf", {"N_ESTIMATORS": 100, "SEED": 1}),
+            ladder=_ladder(
+                _grid("nb", VAR_SMOOTHING=[1e-9, 1e-6, 1e-3, 1e-2, 0.03, 0.1, 0.3]),
+                _grid("knn", K=[1, 3, 5, 9, 15, 25, 50], N_COMPONENTS=[None]),
+                _grid("knn", K=[5], N_COMPONENTS=[2, 4, 8, 16]),
+                _grid("logreg", C=[1e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 1.0, 10.0]),
+                _grid("logreg", C=[1.0], N_COMPONENTS=[2, 4, 8, 16]),
+                _grid("rf", N_ESTIMATORS=[3, 10, 30, 100], SEED=[0, 1, 2, 3]),
+                _grid("tree", MAX_DEPTH=[2, 3, 4, 6, 8, None]),
             ),
         ),
         OfflineSpec(
@@ -321,14 +368,13 @@ SPECS: dict[str, OfflineSpec] = {
                 "Mean absolute error $\\frac{1}{N}\\sum_i |\\hat y_i - y_i|$ in MPa. "
                 "Lower is better."
             ),
-            ladder=(
-                ("prior", {}),
-                ("ridge", {"ALPHA": 1.0}),
-                ("knn", {"K": 5}),
-                ("rf", {"N_ESTIMATORS": 20, "SEED": 0}),
-                ("rf", {"N_ESTIMATORS": 100, "SEED": 1}),
-                ("hgb", {"MAX_ITER": 50, "LEARNING_RATE": 0.1}),
-                ("hgb", {"MAX_ITER": 300, "LEARNING_RATE": 0.1}),
+            ladder=_ladder(
+                _grid("ridge", ALPHA=[0.01, 1.0, 10.0, 100.0, 1000.0], LOG_AGE=[False, True]),
+                _grid("ridge", ALPHA=[0.1, 1.0, 10.0, 100.0], DEGREE=[2]),
+                _grid("knn", K=[1, 2, 3, 5, 10, 20, 40], WEIGHTS=["uniform", "distance"]),
+                _grid("rf", N_ESTIMATORS=[10, 30, 100], SEED=[0, 1, 2]),
+                _grid("hgb", MAX_ITER=[10, 30, 100, 300, 1000], LEARNING_RATE=[0.05, 0.1]),
+                _grid("tree", MAX_DEPTH=[2, 3, 4, 6, 8, 12]),
             ),
         ),
     )
@@ -361,13 +407,16 @@ def baseline_solutions(comp_id: str) -> list[tuple[str, str]]:
 
     The code is the script with its default constants (the leaderboard runs vary them); each
     follows the execution convention (reads ``./input/``, writes ``./submission.csv``), so the list
-    can seed a training buffer.
+    can seed a training buffer. A competition that is not an offline one (an MLE-Bench
+    competition, say) has no baselines: the list is empty (no seeds by default).
 
     Raises:
-        ValueError: unknown offline competition.
+        ValueError: a bad competition name (empty, or with a path separator).
     """
-    spec = _spec(comp_id)
-    folder = _solutions_dir(spec.id)
+    comp_id = resolve_id(comp_id)
+    if comp_id not in SPECS:
+        return []
+    folder = _solutions_dir(comp_id)
     return [(p.stem, p.read_text()) for p in sorted(folder.glob("*.py"))]
 
 

@@ -7,6 +7,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 K = 10
+WEIGHTS = "distance"  # or "uniform"
 
 train = pd.read_csv("input/train.csv")
 test = pd.read_csv("input/test.csv")
@@ -19,7 +20,7 @@ prep = ColumnTransformer(
         ("cat", OneHotEncoder(handle_unknown="ignore"), categorical),
     ]
 )
-model = make_pipeline(prep, KNeighborsClassifier(n_neighbors=K, weights="distance"))
+model = make_pipeline(prep, KNeighborsClassifier(n_neighbors=K, weights=WEIGHTS))
 model.fit(train[features], train["species"])
 sub = pd.DataFrame(model.predict_proba(test[features]), columns=model.classes_)
 sub.insert(0, "id", test["id"])

@@ -149,7 +149,8 @@ def build_agent(
 
     C-UCB (tuned or theory) enumerates all policies for |X| <= 4 and samples
     ``SAMPLED_POLICIES`` policies per decision for |X| > 4 (DESIGN.md section 5); the theory
-    constants come from the unpermuted means ``rbar, dbar`` ``(C, K + 1)``.
+    constants come from the unpermuted means ``rbar, dbar`` ``(C, K + 1)`` and the theory agent is
+    the tuned agent's code with those constants (so both share one compilation).
 
     Returns:
       ``(agent, hyper_tuple, used)`` (``rpg_jax.agents.registry.make_agent``).
@@ -160,14 +161,14 @@ def build_agent(
     from rpg_jax.agents.cucb import theory_constants
     from rpg_jax.agents.registry import make_agent
 
-    if name.startswith("cucb") and cell.contexts > MIN_CONTEXTS:
-        if name == "cucb-theory":
-            if rbar is None or dbar is None:
-                raise ValueError("agent 'cucb-theory' needs the true means rbar, dbar")
-            c = theory_constants(rbar, dbar)
-            hyper = {"c1": c.c1, "c2": c.c2}
-        return make_agent("cucb-sampled", cell.contexts, cell.K + 1, hyper)
-    return make_agent(name, cell.contexts, cell.K + 1, hyper, rbar=rbar, dbar=dbar)
+    if name == "cucb-theory":
+        if rbar is None or dbar is None:
+            raise ValueError("agent 'cucb-theory' needs the true means rbar, dbar")
+        c = theory_constants(rbar, dbar)
+        name, hyper = "cucb-tuned", {"c1": c.c1, "c2": c.c2}  # same code: one compilation
+    if name == "cucb-tuned" and cell.contexts > MIN_CONTEXTS:
+        name = "cucb-sampled"
+    return make_agent(name, cell.contexts, cell.K + 1, hyper)
 
 
 def load_json(path: Path, flag: str, required: Sequence[str]) -> dict:
@@ -194,13 +195,19 @@ def resolve_hyper(
 
     Returns:
       ``(hyper or None for cucb-theory, source)``; ``source`` is ``"theory"``,
-      ``"tuned:<file>"`` or ``"one-setting:<file>"``.
+      ``"tuned:<file>"`` (with ``" (reduced protocol: ...)"`` appended when the file was not
+      tuned at n = 30,000 on trials 900-929) or ``"one-setting:<file>"``.
     """
     if name == "cucb-theory":
         return None, "theory"
     entry = ((tuned or {}).get("cells", {}).get(cell.key) or {}).get(name)
     if entry is not None:
-        return dict(entry["best"]), f"tuned:{tuned['_path'].name}"
+        source = f"tuned:{tuned['_path'].name}"
+        proto = tuned.get("protocol", {})
+        seeds = [TUNE_SEEDS.start, TUNE_SEEDS.stop - 1]
+        if proto.get("n_steps") != N_STEPS or proto.get("seeds") != seeds:
+            source += f" (reduced protocol: n={proto.get('n_steps')}, trials {proto.get('seeds')})"
+        return dict(entry["best"]), source
     if name not in one_setting:
         raise UsageError(f"--hyper {one_setting_path}: no hyper-parameters for agent {name!r}")
     return dict(one_setting[name]), f"one-setting:{one_setting_path.name}"

@@ -335,11 +335,16 @@ def _caption(rows: list[dict], args, plan: dict) -> str:
 
 
 def plot(rows: list[dict], folder: Path, args, plan: dict) -> None:
-    """Panels (rows |X|, columns env): mean final regret +- s.e. against K, log y, one legend."""
+    """Panels (rows |X|, columns env): mean final regret +- s.e. against K, log y, one legend,
+    the caption under the panels."""
     envs = list(dict.fromkeys(r["env"] for r in rows))
     xs = list(dict.fromkeys(r["n_contexts"] for r in rows))
     fig, axes = plt.subplots(
-        len(xs), len(envs), figsize=(3.4 * len(envs), 2.9 * len(xs)), squeeze=False, sharex=True
+        len(xs),
+        len(envs),
+        figsize=(3.3 * len(envs), 2.6 * len(xs) + 0.9),
+        squeeze=False,
+        sharex=True,
     )
     handles = {}
     for (i, x), (j, env) in ((a, b) for a in enumerate(xs) for b in enumerate(envs)):
@@ -348,7 +353,7 @@ def plot(rows: list[dict], folder: Path, args, plan: dict) -> None:
         for name in plan["agents"]:
             pts = sorted((r for r in sel if r["agent"] == name), key=lambda r: r["K"])
             if pts:
-                h = ax.errorbar(
+                handles[name] = ax.errorbar(
                     [r["K"] for r in pts],
                     [r["mean_regret"] for r in pts],
                     yerr=[r["se_regret"] for r in pts],
@@ -357,28 +362,29 @@ def plot(rows: list[dict], folder: Path, args, plan: dict) -> None:
                     capsize=3,
                     label=LABELS[name],
                 )
-                handles[name] = h
         positive = all(r["mean_regret"] - r["se_regret"] > 0 for r in sel)
         ax.set_yscale("log" if positive else "symlog", **({} if positive else {"linthresh": 1.0}))
-        ax.set_title(f"{env}, |X| = {x}", fontsize=9)
+        ax.set_title(f"({env}) |X| = {x}", fontsize=9)
         ax.set_xticks(plan["arms"])
         ax.grid(alpha=0.3, which="both")
         if i == len(xs) - 1:
             ax.set_xlabel("number of arms K")
         if j == 0:
-            ax.set_ylabel(f"regret $R_n$, n = {args.steps:,}")
+            ax.set_ylabel(f"regret $R_n$ at n = {args.steps:,}")
+    height = fig.get_figheight()  # inches: title, then legend, then the panels
+    title = "Final-step regret versus number of arms K"
+    fig.suptitle(f"SMOKE RUN: {title}" if args.quick else title, fontsize=10, y=1 - 0.05 / height)
+    names = [a for a in plan["agents"] if a in handles]
     fig.legend(
-        [handles[a] for a in plan["agents"] if a in handles],
-        [LABELS[a] for a in plan["agents"] if a in handles],
+        [handles[a] for a in names],
+        [LABELS[a] for a in names],
         loc="upper center",
-        ncol=4,
+        bbox_to_anchor=(0.5, 1 - 0.3 / height),
+        ncol=len(names),
         fontsize=9,
-        bbox_to_anchor=(0.5, 1.0),
     )
-    title = "Final-step regret versus number of arms K" + (" [SMOKE RUN]" if args.quick else "")
-    caption = _caption(rows, args, plan)
-    fig.suptitle(f"{title}\n{caption}", fontsize=8, y=1.0 + 0.035 * (caption.count("\n") + 3))
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / height))
+    fig.text(0.5, -0.01, _caption(rows, args, plan), ha="center", va="top", fontsize=7)
     save_figure(fig, folder, "regret_vs_arms")
 
 

@@ -106,7 +106,9 @@ def test_tiny_run_writes_figure_csv_and_uses_tuned_cells(tmp_path):
     hyper.write_text(json.dumps({"agents": {"cucb-tuned": {"c1": 0.1, "c2": 1e-4}}}))
     tuned = tmp_path / "t.json"
     best = {"c1": 1.0, "c2": 0.01}
-    tuned.write_text(json.dumps({"cells": {"E4:3:4": {"cucb-tuned": {"best": best}}}}))
+    protocol = {"n_steps": 30_000, "seeds": [900, 929]}
+    cells = {"E4:3:4": {"cucb-tuned": {"best": best}}}
+    tuned.write_text(json.dumps({"protocol": protocol, "cells": cells}))
     out = tmp_path / "fig"
     argv = ["--envs", "E1,E4", "--arms", "2,3", "--steps", "200", "--seeds", "3"]
     argv += ["--agents", "cucb-tuned,cucb-theory", "--cell-seeds", "cucb-theory:3=2"]

@@ -10,6 +10,10 @@ With the seed axis sharded over ``D`` devices it fires once per device; the bar 
 The wrapped agent draws nothing and changes nothing in the inner agent: its trajectories equal the
 unwrapped agent's exactly (tests/test_regret_vs_arms_cli.py checks it).
 
+Cost: JAX never writes an executable that carries host callbacks to the persistent compilation
+cache (``jax/_src/compiler.py``), so a run with progress compiles every cell afresh; the
+entry points' ``--no-progress`` runs the plain agent, whose compiled code is cached across runs.
+
 ``progress_bar(total, desc)`` installs the sink that the callback feeds; the bar's clock starts at
 the first tick, so its ETA is measured on simulation time only (compilation excluded).
 """

@@ -125,7 +125,11 @@ def _parser() -> ArgumentParser:
     )
     ap.add_argument("--out", default=None, help="output folder (default out/regret_vs_arms)")
     ap.add_argument("--quick", action="store_true", help="smoke run (" + SMOKE[11:-32] + ")")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar; the compiled code then goes into the persistent compilation cache",
+    )
     return ap
 
 
@@ -243,7 +247,8 @@ def run_cell(
     )
     t0 = time.perf_counter()
     with progress_bar(n_steps, desc, disable=not progress):
-        res = simulate(with_progress(agent, tick_every(n_steps)), hyper_t, params, seeds, n_steps)
+        run_agent = with_progress(agent, tick_every(n_steps)) if progress else agent
+        res = simulate(run_agent, hyper_t, params, seeds, n_steps)
     return res, used, time.perf_counter() - t0
 
 

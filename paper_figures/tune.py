@@ -60,7 +60,11 @@ def _parser() -> ArgumentParser:
         "--grid", action="append", default=[], metavar="NAME=V1,V2", help="override one grid"
     )
     ap.add_argument("--out", default=None, help="results JSON (default paper_figures/tuned_*.json)")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar; the compiled code then goes into the persistent compilation cache",
+    )
     return ap
 
 
@@ -196,7 +200,7 @@ def tune_unit(
     )
     params = make_trial_params(cell.env, cell.K, cell.contexts, seeds)
     params = jax.tree.map(lambda v: np.concatenate([np.asarray(v)] * len(points)), params)
-    agent = with_progress(built[0][0], tick_every(n_steps))
+    agent = with_progress(built[0][0], tick_every(n_steps)) if progress else built[0][0]
     lanes = len(points) * n_s
     t0 = time.perf_counter()
     with progress_bar(n_steps, f"{cell.key} {agent_name} ({lanes} runs)", disable=not progress):

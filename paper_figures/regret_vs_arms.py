@@ -18,8 +18,11 @@ as each finishes) and ``curves.npz`` (regret curves). A progress bar shows the d
 inside each cell with an ETA measured after compilation.
 
 ``--quick`` is a smoke run (E1 and E4, K = 5 and 10, n = 2,000, 8 trials), labelled as such in
-its title, CSV and output; it is not the paper's protocol. Measured here (2 shared cores): see
-notes/figure.md (about 3 minutes, most of it compilation).
+its title, CSV (``run`` column) and output line; it is not the paper's protocol. Measured on this
+project's 2 shared cores (load ~6): 338 s wall cold with the progress bar, 260 s cold with
+``--no-progress``, 98 s with ``--no-progress`` and a warm persistent compilation cache (a run with
+the bar never reaches that cache: ``paper_figures/_progress.py``). Compilation (20-33 s per agent
+and K) is most of it.
 
 Source: paper section "Bandit validation"; environments and protocol from DESIGN.md sections 3, 5.
 """
@@ -51,6 +54,10 @@ PROG = "python -m paper_figures.regret_vs_arms"
 HYPER_FILE = Path(__file__).with_name("hyper_small.json")
 DEFAULT_AGENTS = ("npg-niw", "spg-niw", "cucb-tuned", "cucb-theory")
 QUICK = {"envs": "E1,E4", "arms": "5,10", "steps": 2_000, "seeds": 8}
+QUICK_TIME = (
+    "E1, E4; K = 5, 10; n = 2,000; 8 trials. Measured on 2 shared cores: 5.6 min (4.3 min with "
+    "--no-progress), 1.6 min with --no-progress and a warm compilation cache"
+)
 SMOKE = "SMOKE RUN (--quick: E1, E4; K = 5, 10; n = 2,000; 8 trials), not the paper's protocol"
 LABELS = {
     "npg-niw": "NPG-NIW",
@@ -124,7 +131,7 @@ def _parser() -> ArgumentParser:
         "'none': one setting everywhere)",
     )
     ap.add_argument("--out", default=None, help="output folder (default out/regret_vs_arms)")
-    ap.add_argument("--quick", action="store_true", help="smoke run (" + SMOKE[11:-32] + ")")
+    ap.add_argument("--quick", action="store_true", help="smoke run: " + QUICK_TIME)
     ap.add_argument(
         "--no-progress",
         action="store_true",

@@ -101,6 +101,7 @@ def _rows(out):
     return list(csv.DictReader(open(out / "regret_vs_arms.csv")))
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_figure_csv_and_uses_tuned_cells(tmp_path):
     hyper = tmp_path / "h.json"
     hyper.write_text(json.dumps({"agents": {"cucb-tuned": {"c1": 0.1, "c2": 1e-4}}}))
@@ -155,6 +156,7 @@ def test_large_setting_tiny_run_samples_cucb_policies(tmp_path):
     assert build_agent("cucb-tuned", Cell("E2", 5, 16), {"c1": 0.1, "c2": 0.0})[0] is sampled
 
 
+@pytest.mark.slow
 def test_quick_is_labelled_a_smoke_run(monkeypatch, tmp_path, capsys):
     """--quick sets the smoke sizes and labels CSV and output (run shortened to 40 decisions)."""
     real = regret_vs_arms.check_args

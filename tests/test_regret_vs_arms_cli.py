@@ -174,3 +174,19 @@ def test_quick_is_labelled_a_smoke_run(monkeypatch, tmp_path, capsys):
     assert regret_vs_arms.main(argv) == 0
     assert {r["run"] for r in _rows(out)} == {"quick smoke run"}
     assert "quick smoke run" in capsys.readouterr().out
+
+
+def test_large_setting_sizes_build_and_validate():
+    """Every large-setting instance (K in 70..160, |X| in 8..64) builds with the layout's shapes and
+    a rate between the best context's and the worst's; the whole setting validates without
+    compiling (C-UCB sampled at |X| > 4)."""
+    from rpg_jax.envs import make_reference_env
+
+    for k in (70, 100, 130, 160):
+        for x in (8, 16, 32, 64):
+            env = make_reference_env("E3", k, x)
+            assert np.shape(env.rbar) == (x, k + 1)
+            best = np.max(np.asarray(env.rbar) / np.asarray(env.dbar), axis=1)
+            assert best.min() <= env.rho_star <= best.max()
+    plan = regret_vs_arms.check_args(regret_vs_arms._parser().parse_args(["--setting", "large"]))
+    assert len(plan["cells"]) == 4 * 4 * 4 and plan["contexts"] == [8, 16, 32, 64]

@@ -92,6 +92,9 @@ def test_progress_wrapper_keeps_trajectories_and_ticks_every_k_decisions():
         wrapped = simulate(_progress.with_progress(agent, 30), hyper, params, seeds, n)
     finally:
         _progress._SINKS.remove(seen.append)
+    with _progress.progress_bar(n, "test", disable=True) as done:
+        simulate(_progress.with_progress(agent, 30), hyper, params, seeds, n)
+    assert done() == n and _progress._SINKS == []
     np.testing.assert_array_equal(plain.regret_curve, wrapped.regret_curve)
     np.testing.assert_array_equal(plain.pseudo_regret, wrapped.pseudo_regret)
     assert sorted(set(seen)) == [30, 60, 90, 120]

@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["plt", "env_name", "out_dir", "save_figure", "write_csv"]
+__all__ = ["plt", "out_dir", "save_figure", "write_csv"]
 
 
 def out_dir(path: str | os.PathLike | None, name: str) -> Path:
@@ -39,10 +39,3 @@ def write_csv(path: Path, rows: Iterable[Mapping[str, object]], fieldnames: Sequ
         for row in rows:
             writer.writerow({k: row.get(k, "") for k in fieldnames})
     return path
-
-
-def env_name(name: str, valid: Sequence[str]) -> str:
-    """Normalise an environment name (case-insensitive) or raise ``ValueError`` naming it."""
-    if name.strip().upper() not in valid:
-        raise ValueError(f"unknown env {name!r}; valid envs: {', '.join(valid)}")
-    return name.strip().upper()

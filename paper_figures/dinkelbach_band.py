@@ -11,16 +11,17 @@ Each panel shows ``rho_k / rho_star`` against ``k`` for the four perturbation ru
 
 from __future__ import annotations
 
-import argparse
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from paper_figures._common import out_dir, plt, save_figure, write_csv
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
 from rpg_jax.dinkelbach import RULES, approximate_dinkelbach, band_constants, tight_instance
 
 NAME = "dinkelbach_band"
+PROG = "python -m paper_figures.dinkelbach_band"
 GAMMAS = (0.1, 0.3, 0.5)
 COLORS = {"random": "tab:blue", "low": "tab:green", "high": "tab:red", "adversarial": "tab:purple"}
 
@@ -99,22 +100,18 @@ def plot(rows: list[dict]):
     return fig
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on usage errors)."""
-    parser = argparse.ArgumentParser(prog="python -m paper_figures.dinkelbach_band")
+def _main(argv: Sequence[str] | None) -> int:
+    parser = ArgumentParser(prog=PROG)
     parser.add_argument("--out", default=None, help=f"output folder (default out/{NAME})")
     parser.add_argument("--steps", type=int, default=30, help="iterations per trajectory")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random instance/rule")
     args = parser.parse_args(argv)
     if args.steps < 1:
-        print(f"error: --steps must be >= 1, got {args.steps}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
     if args.seed < 0:
-        print(f"error: --seed must be >= 0, got {args.seed}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
     if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
-        print(f"error: --out {args.out} exists and is not a folder", file=sys.stderr)
-        return 2
+        raise UsageError(f"--out {args.out} exists and is not a folder")
     rows = compute(args.steps, args.seed)
     folder = out_dir(args.out, NAME)
     write_csv(folder / f"{NAME}.csv", rows, list(rows[0].keys()))
@@ -123,5 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (``rpg_core.cli`` convention: 2 on usage errors, 1 on other failures)."""
+    return run_cli(PROG, _main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -12,17 +12,18 @@ compared with the theoretical exponent ``-(1 - chi)``.
 
 from __future__ import annotations
 
-import argparse
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from paper_figures._common import out_dir, plt, save_figure, write_csv
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
 from rpg_jax.npg_theory import npg_exact, settle_index
 from rpg_jax.rates import rho_star_dinkelbach
 
 NAME = "npg_rate"
+PROG = "python -m paper_figures.npg_rate"
 CHIS = (0.0, 0.3, 0.6, 0.8)
 
 
@@ -84,22 +85,18 @@ def plot(curves: list[dict], slopes: list[dict]):
     return fig
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on usage errors)."""
-    parser = argparse.ArgumentParser(prog="python -m paper_figures.npg_rate")
+def _main(argv: Sequence[str] | None) -> int:
+    parser = ArgumentParser(prog=PROG)
     parser.add_argument("--out", default=None, help=f"output folder (default out/{NAME})")
     parser.add_argument("--steps", type=int, default=50_000, help="NPG steps per chi")
     parser.add_argument("--seed", type=int, default=0, help="seed of the instance")
     args = parser.parse_args(argv)
     if args.steps < 200:
-        print(f"error: --steps must be >= 200, got {args.steps}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--steps must be >= 200, got {args.steps}")
     if args.seed < 0:
-        print(f"error: --seed must be >= 0, got {args.seed}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
     if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
-        print(f"error: --out {args.out} exists and is not a folder", file=sys.stderr)
-        return 2
+        raise UsageError(f"--out {args.out} exists and is not a folder")
     curves, slopes = compute(args.steps, args.seed)
     folder = out_dir(args.out, NAME)
     write_csv(folder / f"{NAME}.csv", curves, ["chi", "k", "rho_bar", "abs_err"])
@@ -114,5 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (``rpg_core.cli`` convention: 2 on usage errors, 1 on other failures)."""
+    return run_cli(PROG, _main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

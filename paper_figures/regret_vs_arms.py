@@ -1,43 +1,79 @@
-"""Final regret against the number of arms K (the paper's bandit figure, small setting).
+"""Final regret against the number of arms K (the paper's bandit figure).
 
-``python -m paper_figures.regret_vs_arms`` runs, for each environment E1-E4 and each
-K in {5, 10, 20, 30} with |X| = 4 contexts, every agent (NPG-NIW, SPG-NIW, C-UCB tuned, C-UCB
-theory) for n = 30,000 decisions on evaluation seeds 0-99, and plots the final regret
-``R_n`` (mean +- standard error over seeds) against K, one panel per environment.
+``python -m paper_figures.regret_vs_arms [--setting small|large]`` runs every agent (NPG-NIW,
+SPG-NIW, C-UCB tuned, C-UCB theory) for n = 30,000 decisions on the evaluation trials 0-99 in every
+(env, K, |X|) cell of the setting and plots the final regret ``R_n`` (mean +- standard error over
+trials) against K: one panel per (|X|, environment), rows |X| and columns E1-E4 (small setting:
+K in {5, 10, 20, 30}, |X| = 4, one row; large setting: K in {70, 100, 130, 160}, |X| in
+{8, 16, 32, 64}, a 4 x 4 grid), log-scale y axis, one legend for the figure.
 
-Hyper-parameters come from ``paper_figures/hyper_small.json`` (one setting per agent, from the
-tuning run recorded in that file). Outputs in ``--out`` (default ``out/regret_vs_arms``):
-``regret_vs_arms.png``, ``.pdf``, ``regret_vs_arms.csv`` (one row per cell: env, K, agent,
-hyper-parameters, mean, s.e., seeds, wall seconds) and ``curves.npz`` (regret curves).
+C-UCB enumerates all policies for |X| = 4 and samples M = 2,048 policies per decision for
+|X| > 4. Hyper-parameters: a cell's tuned point from ``paper_figures/tuned_<setting>.json``
+(``python -m paper_figures.tune``) where that file has one, else the one-setting file
+``paper_figures/hyper_small.json``; the CSV's ``hyper_source`` column and the caption say which.
 
-Source: paper section "Bandit validation"; environments and protocol from DESIGN.md section 3.
+Outputs in ``--out`` (default ``out/regret_vs_arms``; ``--quick``: ``out/regret_vs_arms_quick``):
+``regret_vs_arms.png``, ``.pdf``, ``regret_vs_arms.csv`` (one row per cell and agent, rewritten
+as each finishes) and ``curves.npz`` (regret curves). A progress bar shows the decisions done
+inside each cell with an ETA measured after compilation.
+
+``--quick`` is a smoke run (E1 and E4, K = 5 and 10, n = 2,000, 8 trials), labelled as such in
+its title, CSV (``run`` column) and output line; it is not the paper's protocol. Measured on this
+project's 2 shared cores (load ~6): 338 s wall cold with the progress bar, 260 s cold with
+``--no-progress``, 98 s with ``--no-progress`` and a warm persistent compilation cache (a run with
+the bar never reaches that cache: ``paper_figures/_progress.py``). Compilation (20-33 s per agent
+and K) is most of it.
+
+Source: paper section "Bandit validation"; environments and protocol from DESIGN.md sections 3, 5.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from paper_figures._common import env_name, out_dir, plt, save_figure, write_csv
+from paper_figures._common import out_dir, plt, save_figure, write_csv
+from paper_figures._protocol import (
+    ENVS,
+    EVAL_SEEDS,
+    N_STEPS,
+    SETTINGS,
+    Cell,
+    build_agent,
+    check_contexts,
+    check_env,
+    load_json,
+    resolve_hyper,
+)
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
 
+PROG = "python -m paper_figures.regret_vs_arms"
 HYPER_FILE = Path(__file__).with_name("hyper_small.json")
 DEFAULT_AGENTS = ("npg-niw", "spg-niw", "cucb-tuned", "cucb-theory")
+QUICK = {"envs": "E1,E4", "arms": "5,10", "steps": 2_000, "seeds": 8}
+QUICK_TIME = (
+    "E1, E4; K = 5, 10; n = 2,000; 8 trials. Measured on 2 shared cores: 5.6 min (4.3 min with "
+    "--no-progress), 1.6 min with --no-progress and a warm compilation cache"
+)
+SMOKE = "SMOKE RUN (--quick: E1, E4; K = 5, 10; n = 2,000; 8 trials), not the paper's protocol"
 LABELS = {
     "npg-niw": "NPG-NIW",
     "spg-niw": "SPG-NIW",
     "cucb-tuned": "C-UCB (tuned)",
     "cucb-theory": "C-UCB (theory)",
-    "cucb-sampled": "C-UCB (sampled)",
 }
 CSV_FIELDS = (
+    "run",
+    "setting",
     "env",
     "K",
     "n_contexts",
     "agent",
     "hyper",
+    "hyper_source",
     "n_steps",
     "seeds",
     "n_seeds",
@@ -50,216 +86,333 @@ CSV_FIELDS = (
 )
 
 
-class UsageError(ValueError):
-    """Bad command-line input (exit status 2)."""
+def _ints(flag: str):
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(v) for v in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not comma-separated integers: {text!r}") from None
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"repeats a value: {text!r}")
+        return values
+
+    return parse
 
 
-def _int_list(text: str, what: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{what} must be comma-separated integers, got {text!r}") from None
-    if not values:
-        raise UsageError(f"{what} is empty")
-    return values
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse and validate the command line (raises UsageError; no JAX work is done here)."""
-    ap = argparse.ArgumentParser(prog="python -m paper_figures.regret_vs_arms", description=__doc__)
-    ap.add_argument("--envs", default="E1,E2,E3,E4", help="comma-separated env names")
-    ap.add_argument("--arms", default="5,10,20,30", help="comma-separated K values")
-    ap.add_argument("--contexts", type=int, default=4, help="number of contexts |X|")
-    ap.add_argument("--steps", type=int, default=30_000, help="decisions per seed")
-    ap.add_argument("--seeds", type=int, default=100, help="number of evaluation seeds")
-    ap.add_argument("--seed-start", type=int, default=0, help="first evaluation seed")
+def _parser() -> ArgumentParser:
+    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap.add_argument("--setting", choices=sorted(SETTINGS), default="small")
+    ap.add_argument("--envs", default=",".join(ENVS), help="comma-separated env names")
+    ap.add_argument("--arms", type=_ints("--arms"), default=None, help="K values (setting's)")
+    ap.add_argument("--contexts", type=_ints("--contexts"), default=None, help="|X| values (>= 4)")
+    ap.add_argument("--steps", type=int, default=N_STEPS, help="decisions per trial")
+    ap.add_argument("--seeds", type=int, default=len(EVAL_SEEDS), help="evaluation trials")
+    ap.add_argument("--seed-start", type=int, default=EVAL_SEEDS.start, help="first trial")
     ap.add_argument("--agents", default=",".join(DEFAULT_AGENTS))
     ap.add_argument(
         "--cell-seeds",
         action="append",
         default=[],
         metavar="AGENT:K=N",
-        help="use only N seeds for AGENT at arm count K (stated in the CSV and the figure)",
+        help="only N trials for AGENT at K (stated in the CSV and the caption)",
     )
     ap.add_argument(
         "--agent-seeds",
         action="append",
         default=[],
         metavar="AGENT=N",
-        help="use only N seeds for AGENT at every K (stated in the CSV and the figure)",
+        help="only N trials for AGENT at every K (stated in the CSV and the caption)",
     )
-    ap.add_argument("--hyper", default=str(HYPER_FILE), help="hyper-parameter JSON file")
+    ap.add_argument("--hyper", default=str(HYPER_FILE), help="one-setting hyper-parameter JSON")
+    ap.add_argument(
+        "--tuned",
+        default=None,
+        help="tuned-results JSON (default paper_figures/tuned_<setting>.json; "
+        "'none': one setting everywhere)",
+    )
     ap.add_argument("--out", default=None, help="output folder (default out/regret_vs_arms)")
-    ap.add_argument("--quick", action="store_true", help="reduced smoke run (< 2 minutes)")
-    ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.envs, args.arms, args.steps, args.seeds = "E1,E4", "5,10", 2_000, 8
-    from rpg_jax.agents.registry import check_agent_name, validate_agent
-    from rpg_jax.envs import ENV_NAMES
+    ap.add_argument("--quick", action="store_true", help="smoke run: " + QUICK_TIME)
+    ap.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar; the compiled code then goes into the persistent compilation cache",
+    )
+    return ap
 
-    args.env_list = [env_name(e, ENV_NAMES) for e in args.envs.split(",") if e.strip()]
-    if not args.env_list:
-        raise UsageError(f"--envs names no environment: {args.envs!r}")
-    args.arm_list = _int_list(args.arms, "--arms")
-    for flag, values in (("--envs", args.env_list), ("--arms", args.arm_list)):
-        if len(set(values)) != len(values):
-            raise UsageError(f"{flag} repeats a value: {values}")
-    for k in args.arm_list:
-        if k < 1:
-            raise UsageError(f"--arms: K must be >= 1, got {k}")
-    if args.contexts < 1:
-        raise UsageError(f"--contexts must be >= 1, got {args.contexts}")
-    if args.steps < 1:
-        raise UsageError(f"--steps must be >= 1, got {args.steps}")
-    if args.seeds < 1:
-        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
-    if args.seed_start < 0:
-        raise UsageError(f"--seed-start must be >= 0, got {args.seed_start}")
-    args.agent_list = [check_agent_name(a) for a in args.agents.split(",") if a.strip()]
-    if not args.agent_list or len(set(args.agent_list)) != len(args.agent_list):
-        raise UsageError(f"--agents must name distinct agents, got {args.agents!r}")
+
+def _seed_map(args, agents: list[str], arms: list[int]) -> dict[tuple[str, int], int]:
+    """``(agent, K) -> trials`` from --cell-seeds AGENT:K=N and --agent-seeds AGENT=N."""
+    found: dict[tuple[str, int], int] = {}
+    for flag, items in (("--cell-seeds", args.cell_seeds), ("--agent-seeds", args.agent_seeds)):
+        for item in items:
+            left, _, n = item.partition("=")
+            agent, _, k = left.partition(":")
+            try:
+                ks, n = ([int(k)] if flag == "--cell-seeds" else arms), int(n)
+            except ValueError:
+                raise UsageError(
+                    f"{flag}: expected AGENT{':K' * (flag[2] == 'c')}=N, got {item!r}"
+                ) from None
+            if agent not in agents or n < 1:
+                raise UsageError(
+                    f"{flag} {item!r}: agent must be one of --agents, N >= 1, got {agent!r}, {n}"
+                )
+            for kk in ks:
+                found.setdefault((agent, kk), n)
+    return found
+
+
+def check_args(args) -> dict:
+    """Validate the flags before anything is created or compiled; returns the run plan.
+
+    Raises:
+      UsageError: naming the flag and the value: unknown env or agent, K < 1, |X| < 4 (the
+        reference environments need >= 4 contexts), steps / seeds < 1, seed start < 0, an
+        --out that is a file, unreadable hyper-parameter files, or hyper-parameters an agent
+        refuses (e.g. too many policies for exact C-UCB).
+    """
+    from rpg_jax.envs import reference_means
+
+    setting = SETTINGS[args.setting]
+    if args.quick:
+        args.envs, args.arms, args.steps, args.seeds = (
+            QUICK["envs"],
+            None,
+            QUICK["steps"],
+            QUICK["seeds"],
+        )
+        args.arms = _ints("--arms")(QUICK["arms"])
+    envs = [check_env(e, "--envs") for e in args.envs.split(",")]
+    if len(set(envs)) != len(envs):
+        raise UsageError(f"--envs repeats a value: {args.envs!r}")
+    arms = args.arms or list(setting.arms)
+    contexts = [check_contexts(x, "--contexts") for x in (args.contexts or setting.contexts)]
+    if min(arms) < 1:
+        raise UsageError(f"--arms: K must be >= 1, got {min(arms)}")
+    for flag, v, lo in (
+        ("--steps", args.steps, 1),
+        ("--seeds", args.seeds, 1),
+        ("--seed-start", args.seed_start, 0),
+    ):
+        if v < lo:
+            raise UsageError(f"{flag} must be >= {lo}, got {v}")
+    agents = [a.strip() for a in args.agents.split(",") if a.strip()]
+    if not agents or len(set(agents)) != len(agents) or any(a not in LABELS for a in agents):
+        raise UsageError(
+            f"--agents {args.agents!r}: name distinct agents among {', '.join(LABELS)}"
+        )
     if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out {args.out} exists and is not a folder")
-    args.cell_seed_map = {}
-    for item in args.cell_seeds:
-        try:
-            left, n = item.split("=")
-            agent, k = left.split(":")
-            args.cell_seed_map[(check_agent_name(agent), int(k))] = int(n)
-        except ValueError as err:
-            raise UsageError(f"--cell-seeds expects AGENT:K=N, got {item!r} ({err})") from None
-    for item in args.agent_seeds:
-        try:
-            agent, n = item.split("=")
-            for k in args.arm_list:
-                args.cell_seed_map.setdefault((check_agent_name(agent), k), int(n))
-        except ValueError as err:
-            raise UsageError(f"--agent-seeds expects AGENT=N, got {item!r} ({err})") from None
-    for (agent, k), n in args.cell_seed_map.items():
-        if n < 1:
-            raise UsageError(f"seeds for {agent} at K={k} must be >= 1, got {n}")
     hyper_path = Path(args.hyper)
-    if not hyper_path.is_file():
-        raise UsageError(f"--hyper file not found: {hyper_path}")
-    try:
-        args.hyper_table = json.loads(hyper_path.read_text())["agents"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise UsageError(f"--hyper {hyper_path}: not a hyper-parameter file ({err})") from None
-    for a in args.agent_list:
-        if a != "cucb-theory" and a not in args.hyper_table:
-            raise UsageError(f"no hyper-parameters for agent {a!r} in {hyper_path}")
-        for k in args.arm_list:  # builds the agents (no compilation): sizes and values
-            validate_agent(a, args.contexts, k + 1, args.hyper_table.get(a))
-    return args
+    one = load_json(hyper_path, "--hyper", ["agents"])["agents"]
+    tuned_path = None if args.tuned == "none" else Path(args.tuned or setting.tuned_file)
+    tuned = None
+    if tuned_path is not None and (args.tuned is not None or tuned_path.exists()):
+        tuned = load_json(tuned_path, "--tuned", ["cells"]) | {"_path": tuned_path}
+    cells = [Cell(e, k, x) for x in contexts for e in envs for k in arms]
+    hyper = {}
+    for cell in cells:
+        rbar, dbar = reference_means(cell.K, cell.contexts)
+        for a in agents:
+            h, source = resolve_hyper(a, cell, tuned, one, hyper_path)
+            try:
+                build_agent(a, cell, h, rbar=rbar, dbar=dbar)  # sizes and values, no compile
+            except ValueError as err:
+                raise UsageError(f"{source} ({cell.key}): {err}") from None
+            hyper[cell, a] = (h, source)
+    return {
+        "setting": setting.name,
+        "cells": cells,
+        "agents": agents,
+        "hyper": hyper,
+        "seed_map": _seed_map(args, agents, arms),
+        "arms": arms,
+        "contexts": contexts,
+    }
 
 
-def run(args: argparse.Namespace) -> Path:
-    """Run every cell, write CSV + curves + figure; returns the output folder."""
+def run_cell(
+    cell: Cell,
+    name: str,
+    hyper: dict | None,
+    seeds: list[int],
+    n_steps: int,
+    desc: str,
+    progress: bool,
+):
+    """Simulate ``name`` on ``cell`` for trials ``seeds``; returns (SimResult, used, wall s)."""
+    import numpy as np
 
+    from paper_figures._progress import progress_bar, tick_every, with_progress
+    from rpg_jax.envs import make_reference_env, make_trial_params
+    from rpg_jax.simulate import simulate
+
+    base = make_reference_env(cell.env, cell.K, cell.contexts)
+    params = make_trial_params(cell.env, cell.K, cell.contexts, seeds)
+    agent, hyper_t, used = build_agent(
+        name, cell, hyper, rbar=np.asarray(base.rbar), dbar=np.asarray(base.dbar)
+    )
+    t0 = time.perf_counter()
+    with progress_bar(n_steps, desc, disable=not progress):
+        run_agent = with_progress(agent, tick_every(n_steps)) if progress else agent
+        res = simulate(run_agent, hyper_t, params, seeds, n_steps)
+    return res, used, time.perf_counter() - t0
+
+
+def run(args, plan: dict) -> Path:
+    """Run every cell, rewriting the CSV and curves as each finishes, then plot; returns --out."""
     from rpg_jax.config import setup_jax
 
     setup_jax()
     import numpy as np
-    from tqdm import tqdm
 
-    from rpg_jax.agents.registry import make_agent
-    from rpg_jax.envs import make_reference_env, make_trial_params
-    from rpg_jax.simulate import simulate, standard_error
+    from rpg_jax.simulate import standard_error
 
-    folder = out_dir(args.out, "regret_vs_arms")
+    folder = out_dir(args.out, "regret_vs_arms_quick" if args.quick else "regret_vs_arms")
     seeds_all = list(range(args.seed_start, args.seed_start + args.seeds))
-    cells = [(e, k, a) for e in args.env_list for k in args.arm_list for a in args.agent_list]
+    units = [(c, a) for c in plan["cells"] for a in plan["agents"]]
     rows, curves = [], {}
-    bar = tqdm(cells, desc="cells", unit="cell", disable=args.no_progress, file=sys.stderr)
-    for env, k, name in bar:
-        bar.set_postfix_str(f"{env} K={k} {name}")
-        n_seeds = min(args.seeds, args.cell_seed_map.get((name, k), args.seeds))
-        seeds = seeds_all[:n_seeds]
-        base = make_reference_env(env, k, args.contexts)
-        params = make_trial_params(env, k, args.contexts, seeds)
-        agent, hyper, used = make_agent(
-            name,
-            args.contexts,
-            k + 1,
-            args.hyper_table.get(name),
-            rbar=np.asarray(base.rbar),
-            dbar=np.asarray(base.dbar),
-        )
-        t0 = time.perf_counter()
-        res = simulate(agent, hyper, params, seeds, args.steps)
-        wall = time.perf_counter() - t0
-        note = "" if n_seeds == args.seeds else f"reduced seeds: {n_seeds} of {args.seeds}"
+    for i, (cell, name) in enumerate(units, 1):
+        seeds = seeds_all[: min(args.seeds, plan["seed_map"].get((name, cell.K), args.seeds))]
+        hyper, source = plan["hyper"][cell, name]
+        desc = f"[{i}/{len(units)}] {cell.env} K={cell.K} X={cell.contexts} {name}"
+        res, used, wall = run_cell(cell, name, hyper, seeds, args.steps, desc, not args.no_progress)
         rows.append(
             {
-                "env": env,
-                "K": k,
-                "n_contexts": args.contexts,
+                "run": "quick smoke run" if args.quick else "full",
+                "setting": plan["setting"],
+                "env": cell.env,
+                "K": cell.K,
+                "n_contexts": cell.contexts,
                 "agent": name,
                 "hyper": json.dumps(used, sort_keys=True),
+                "hyper_source": source,
                 "n_steps": args.steps,
                 "seeds": f"{seeds[0]}-{seeds[-1]}",
-                "n_seeds": n_seeds,
+                "n_seeds": len(seeds),
                 "mean_regret": float(np.mean(res.regret)),
                 "se_regret": standard_error(res.regret),
                 "mean_pseudo_regret": float(np.mean(res.pseudo_regret)),
                 "se_pseudo_regret": standard_error(res.pseudo_regret),
                 "wall_s": round(wall, 3),
-                "note": note,
+                "note": ""
+                if len(seeds) == args.seeds
+                else f"reduced seeds: {len(seeds)} of {args.seeds}",
             }
         )
-        curves[f"{env}_K{k}_{name}"] = res.regret_curve
+        curves[f"{cell.env}_K{cell.K}_X{cell.contexts}_{name}"] = res.regret_curve
         curves["checkpoints"] = res.checkpoints
-        write_csv(folder / "regret_vs_arms.csv", rows, CSV_FIELDS)  # keep partial results
-    np.savez_compressed(folder / "curves.npz", **curves)
-    plot(rows, folder, args)
+        write_csv(folder / "regret_vs_arms.csv", rows, CSV_FIELDS)
+        np.savez_compressed(folder / "curves.npz", **curves)
+    plot(rows, folder, args, plan)
     return folder
 
 
-def plot(rows: list[dict], folder: Path, args: argparse.Namespace) -> None:
-    """Four panels (one per env): mean final regret +- s.e. against K, a line per agent."""
-    envs = list(dict.fromkeys(r["env"] for r in rows))
-    fig, axes = plt.subplots(1, len(envs), figsize=(4.2 * len(envs), 3.6), squeeze=False)
+def _caption(rows: list[dict], args, plan: dict) -> str:
+    """Caption: sizes, trials, where each agent's hyper-parameters came from, reduced trials."""
+    xs = ", ".join(map(str, plan["contexts"]))
+    lines = [
+        f"|X| = {xs}, n = {args.steps:,}, mean +- s.e. of R_n over {args.seeds} trials "
+        f"({args.seed_start}-{args.seed_start + args.seeds - 1})"
+    ]
+    tuned: dict[str, list[str]] = {}
+    one_setting = set()
+    for r in rows:
+        if r["hyper_source"].startswith("tuned:"):
+            tuned.setdefault(LABELS[r["agent"]], []).append(f"{r['env']} K={r['K']}")
+        elif r["hyper_source"].startswith("one-setting:"):
+            one_setting.add(r["hyper_source"].split(":", 1)[1])
+    if tuned:
+        where = "; ".join(f"{a} at {', '.join(c)}" for a, c in tuned.items())
+        lines.append(f"tuned per cell (reference protocol): {where}")
+    if one_setting:
+        lines.append(
+            f"one setting ({', '.join(sorted(one_setting))})"
+            + (" elsewhere" if tuned else " for every tuned agent")
+        )
     reduced: dict[str, set] = {}
     for r in rows:
         if r["note"]:
-            reduced.setdefault(f"{LABELS[r['agent']]}: {r['n_seeds']} seeds", set()).add(r["K"])
-    notes = [f"{k} (K = {', '.join(map(str, sorted(v)))})" for k, v in sorted(reduced.items())]
-    for ax, env in zip(axes[0], envs, strict=True):
-        for name in args.agent_list:
-            sel = sorted(
-                (r for r in rows if r["env"] == env and r["agent"] == name), key=lambda r: r["K"]
+            reduced.setdefault(f"{LABELS[r['agent']]}: {r['n_seeds']} trials", set()).add(r["K"])
+    if reduced:
+        lines.append(
+            "reduced trials: "
+            + "; ".join(
+                f"{k} (K = {', '.join(map(str, sorted(v)))})" for k, v in sorted(reduced.items())
             )
-            if not sel:
-                continue
-            ks = [r["K"] for r in sel]
-            means = [r["mean_regret"] for r in sel]
-            ses = [r["se_regret"] for r in sel]
-            ax.errorbar(ks, means, yerr=ses, marker="o", capsize=3, label=LABELS[name])
-        ax.set_title(env)
-        ax.set_xlabel("number of arms K")
-        ax.set_xticks(args.arm_list)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(f"regret $R_n$ at n = {args.steps:,}")
-    axes[0][-1].legend(fontsize=8)
-    caption = f"|X| = {args.contexts}, n = {args.steps:,}, mean +- s.e. over {args.seeds} seeds"
-    if notes:
-        caption += "\nreduced seeds: " + "; ".join(notes)
-    fig.suptitle(caption, fontsize=8, y=1.02)
+        )
+    if args.quick:
+        lines.insert(0, SMOKE)
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], folder: Path, args, plan: dict) -> None:
+    """Panels (rows |X|, columns env): mean final regret +- s.e. against K, log y, one legend,
+    the caption under the panels."""
+    envs = list(dict.fromkeys(r["env"] for r in rows))
+    xs = list(dict.fromkeys(r["n_contexts"] for r in rows))
+    fig, axes = plt.subplots(
+        len(xs),
+        len(envs),
+        figsize=(3.3 * len(envs), 2.6 * len(xs) + 0.9),
+        squeeze=False,
+        sharex=True,
+    )
+    handles = {}
+    for (i, x), (j, env) in ((a, b) for a in enumerate(xs) for b in enumerate(envs)):
+        ax = axes[i][j]
+        sel = [r for r in rows if r["env"] == env and r["n_contexts"] == x]
+        for name in plan["agents"]:
+            pts = sorted((r for r in sel if r["agent"] == name), key=lambda r: r["K"])
+            if pts:
+                handles[name] = ax.errorbar(
+                    [r["K"] for r in pts],
+                    [r["mean_regret"] for r in pts],
+                    yerr=[r["se_regret"] for r in pts],
+                    marker="o",
+                    ms=4,
+                    capsize=3,
+                    label=LABELS[name],
+                )
+        positive = all(r["mean_regret"] - r["se_regret"] > 0 for r in sel)
+        ax.set_yscale("log" if positive else "symlog", **({} if positive else {"linthresh": 1.0}))
+        ax.set_title(f"({env}) |X| = {x}", fontsize=9)
+        ax.set_xticks(plan["arms"])
+        ax.grid(alpha=0.3, which="both")
+        if i == len(xs) - 1:
+            ax.set_xlabel("number of arms K")
+        if j == 0:
+            ax.set_ylabel(f"regret $R_n$ at n = {args.steps:,}")
+    height = fig.get_figheight()  # inches: title, then legend, then the panels
+    title = "Final-step regret versus number of arms K"
+    fig.suptitle(f"SMOKE RUN: {title}" if args.quick else title, fontsize=10, y=1 - 0.05 / height)
+    names = [a for a in plan["agents"] if a in handles]
+    fig.legend(
+        [handles[a] for a in names],
+        [LABELS[a] for a in names],
+        loc="upper center",
+        bbox_to_anchor=(0.5, 1 - 0.3 / height),
+        ncol=len(names),
+        fontsize=9,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / height))
+    fig.text(0.5, -0.01, _caption(rows, args, plan), ha="center", va="top", fontsize=7)
     save_figure(fig, folder, "regret_vs_arms")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point: exit 0 on success, 2 (one line on stderr) on usage errors."""
-    try:
-        args = parse_args(argv)
-    except ValueError as err:  # UsageError and validation errors from the library
-        print(f"regret_vs_arms: error: {err}", file=sys.stderr)
-        return 2
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    plan = check_args(args)
     t0 = time.perf_counter()
-    folder = run(args)
-    print(f"wrote {folder} in {time.perf_counter() - t0:.1f} s")
+    folder = run(args, plan)
+    kind = "quick smoke run (not the paper's protocol): " if args.quick else ""
+    print(f"{kind}wrote {folder} in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (``rpg_core.cli`` convention: 2 on usage errors, 1 on other failures)."""
+    return run_cli(PROG, _main, argv)
 
 
 if __name__ == "__main__":

@@ -22,3 +22,22 @@ def test_usage_errors_exit_2(argv, needle, capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and needle in err
     assert not (tmp_path / "h.json").exists()
+
+
+@pytest.mark.slow
+def test_tiny_run_picks_the_lowest_mean_of_per_env_medians(tmp_path):
+    import json
+
+    import numpy as np
+
+    out = tmp_path / "h.json"
+    argv = ["--agents", "cucb-tuned", "--c1-grid", "0.1,10", "--c2-grid", "0.001,1"]
+    argv += ["--arms", "3", "--steps", "64", "--seeds", "3", "--out", str(out)]
+    assert tune_small.main(argv) == 0
+    data = json.loads(out.read_text())
+    grid = data["grid"]["cucb-tuned"]
+    assert len(grid) == 4 and all(len(p["median_final_regret_per_env"]) == 2 for p in grid)
+    scores = [np.mean(p["median_final_regret_per_env"]) for p in grid]
+    assert [p["score"] for p in grid] == pytest.approx(scores, rel=1e-12)
+    assert data["agents"]["cucb-tuned"] == grid[int(np.argmin(scores))]["hyper"]
+    assert data["command"] == "python -m paper_figures.tune_small " + " ".join(argv)

@@ -1,0 +1,271 @@
+"""Per-cell hyper-parameter tuning by the reference protocol (DESIGN.md section 5).
+
+``python -m paper_figures.tune [--setting small|large] [--cells E1:5,E4:5] [--agents ...]`` runs,
+for every (env, K, |X|) cell and every tunable agent (NPG-NIW, SPG-NIW, C-UCB tuned), the whole
+grid on the tuning trials 900-929 at n = 30,000 decisions, keeps the point with the lowest median
+final regret ``R_n`` over the trials (ties: the first in grid order) and stores the full grid of
+scores (median, mean and standard error of ``R_n`` per point) in
+``paper_figures/tuned_<setting>.json`` with the exact command. ``regret_vs_arms`` reads that
+file (a cell's tuned point where there is one, ``hyper_small.json`` elsewhere).
+
+One (cell, agent) unit is ONE simulator call: the grid points x trials run as one vmapped batch,
+the hyper-parameters being traced per-lane arrays (``simulate(..., per_seed_hyper=True)``), so
+the whole grid compiles once. Lane ``p * S + s`` runs grid point ``p`` on trial ``seeds[s]``;
+every grid point sees the same trials (common environments). The results file is rewritten
+atomically after every unit, so a killed run restarts at the first unfinished unit; a file
+written under another protocol (steps, trials, grids) is refused rather than mixed.
+
+Grids (``--grid NAME=V1,V2`` overrides one, e.g. for a smoke run): see
+``paper_figures/_protocol.py``. Source: the paper's bandit validation; protocol facts from
+DESIGN.md sections 3 and 5.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from paper_figures._protocol import (
+    EVAL_SEEDS,
+    N_STEPS,
+    SETTINGS,
+    TUNABLE,
+    TUNE_SEEDS,
+    Cell,
+    build_agent,
+    parse_cells,
+)
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
+
+PROG = "python -m paper_figures.tune"
+CRITERION = "lowest median over the tuning trials of the final regret R_n (ties: first point)"
+
+
+def _parser() -> ArgumentParser:
+    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap.add_argument("--setting", choices=sorted(SETTINGS), default="small")
+    ap.add_argument("--cells", default=None, help="ENV:K[:X],... (default: every cell)")
+    ap.add_argument("--agents", default=",".join(TUNABLE), help="comma-separated tunable agents")
+    ap.add_argument("--steps", type=int, default=N_STEPS, help="decisions per trial")
+    ap.add_argument("--seed-start", type=int, default=TUNE_SEEDS.start, help="first trial")
+    ap.add_argument("--seeds", type=int, default=len(TUNE_SEEDS), help="number of trials")
+    ap.add_argument(
+        "--grid", action="append", default=[], metavar="NAME=V1,V2", help="override one grid"
+    )
+    ap.add_argument("--out", default=None, help="results JSON (default paper_figures/tuned_*.json)")
+    ap.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar; the compiled code then goes into the persistent compilation cache",
+    )
+    return ap
+
+
+def check_args(args) -> dict:
+    """Validate the parsed flags (no JAX work); returns the plan (cells, agents, grids, seeds).
+
+    Raises:
+      UsageError: naming the flag and the value (bad cell, agent, grid value, seeds overlapping
+        the evaluation trials 0-99, steps or seeds < 1, an --out that is a folder).
+    """
+    setting = SETTINGS[args.setting]
+    cells = (
+        parse_cells(args.cells, setting)
+        if args.cells is not None
+        else [
+            Cell(e, k, x)
+            for e in ("E1", "E2", "E3", "E4")
+            for k in setting.arms
+            for x in setting.contexts
+        ]
+    )
+    agents = [a.strip() for a in args.agents.split(",") if a.strip()]
+    bad = [a for a in agents if a not in TUNABLE]
+    if bad or not agents or len(set(agents)) != len(agents):
+        raise UsageError(f"--agents {args.agents!r}: name distinct agents among {TUNABLE}")
+    if args.steps < 1:
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
+    if args.seeds < 1 or args.seed_start < 0:
+        raise UsageError(
+            f"--seeds must be >= 1 and --seed-start >= 0: {args.seeds}, {args.seed_start}"
+        )
+    seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+    if seeds[0] < EVAL_SEEDS.stop and seeds[-1] >= EVAL_SEEDS.start:
+        raise UsageError(
+            f"--seed-start/--seeds: trials {seeds[0]}..{seeds[-1]} overlap the "
+            f"evaluation trials {EVAL_SEEDS.start}..{EVAL_SEEDS.stop - 1}"
+        )
+    grids = {a: {k: list(v) for k, v in setting.grids[a].items()} for a in agents}
+    for item in args.grid:
+        name, _, text = item.partition("=")
+        try:
+            values = [float(v) for v in text.split(",")]
+        except ValueError:
+            raise UsageError(f"--grid expects NAME=V1,V2,..., got {item!r}") from None
+        hit = [g for g in grids.values() if name in g]
+        if not hit:
+            raise UsageError(
+                f"--grid {item!r}: no agent of --agents has a hyper-parameter {name!r}"
+            )
+        for g in hit:
+            g[name] = values
+    for a, cell in itertools.product(agents, cells):  # every value, before anything runs
+        for point in itertools.product(*grids[a].values()):
+            try:
+                build_agent(a, cell, dict(zip(grids[a], point, strict=True)))
+            except ValueError as err:
+                raise UsageError(f"--grid/--cells: {err}") from None
+    out = Path(args.out) if args.out is not None else setting.tuned_file
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder; give a JSON file path")
+    protocol = {
+        "setting": setting.name,
+        "n_steps": args.steps,
+        "seeds": [seeds[0], seeds[-1]],
+        "criterion": CRITERION,
+    }
+    return {
+        "cells": cells,
+        "agents": agents,
+        "grids": grids,
+        "seeds": seeds,
+        "out": out,
+        "protocol": protocol,
+    }
+
+
+def _load_results(plan: dict) -> dict:
+    """The stored results of ``plan['out']`` (or a new record); refuses another protocol."""
+    out, protocol = plan["out"], plan["protocol"]
+    if not out.exists():
+        return {"protocol": protocol, "grids": {}, "cells": {}}
+    try:
+        data = json.loads(out.read_text())
+        stored = data["protocol"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise UsageError(f"--out {out}: not a tuning results file ({err})") from None
+    diff = [k for k in protocol if stored.get(k) != protocol[k]]
+    diff += [
+        f"grid of {a}"
+        for a in plan["agents"]
+        if a in data.get("grids", {}) and data["grids"][a] != plan["grids"][a]
+    ]
+    if diff:
+        raise UsageError(
+            f"--out {out} holds results of another protocol (differs in "
+            f"{', '.join(diff)}); choose another --out"
+        )
+    return data
+
+
+def _write_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def tune_unit(
+    agent_name: str, cell: Cell, grid: dict, seeds: list[int], n_steps: int, progress: bool = True
+) -> dict:
+    """Run one agent's whole grid on one cell as one vmapped batch and score every point.
+
+    Args:
+      grid: ``{hyper-parameter name: list of values}``; the points are their product.
+      seeds: the tuning trials (each point runs on all of them).
+
+    Returns:
+      ``{"best": point, "best_median_regret", "grid": [{"hyper", "median_regret",
+      "mean_regret", "se_regret"}], "lanes", "wall_s"}`` (regret = final ``R_n``).
+    """
+    import jax
+    import numpy as np
+
+    from paper_figures._progress import progress_bar, tick_every, with_progress
+    from rpg_jax.envs import make_trial_params
+    from rpg_jax.simulate import simulate, standard_error
+
+    points = [dict(zip(grid, v, strict=True)) for v in itertools.product(*grid.values())]
+    built = [build_agent(agent_name, cell, p) for p in points]
+    n_s = len(seeds)
+    hyper = jax.tree.map(
+        lambda *leaves: np.repeat(np.stack([np.asarray(v) for v in leaves]), n_s),
+        *[b[1] for b in built],
+    )
+    params = make_trial_params(cell.env, cell.K, cell.contexts, seeds)
+    params = jax.tree.map(lambda v: np.concatenate([np.asarray(v)] * len(points)), params)
+    agent = with_progress(built[0][0], tick_every(n_steps)) if progress else built[0][0]
+    lanes = len(points) * n_s
+    t0 = time.perf_counter()
+    with progress_bar(n_steps, f"{cell.key} {agent_name} ({lanes} runs)", disable=not progress):
+        res = simulate(agent, hyper, params, seeds * len(points), n_steps, per_seed_hyper=True)
+    wall = time.perf_counter() - t0
+    final = res.regret.reshape(len(points), n_s)
+    med = np.median(final, axis=1)
+    best = int(np.argmin(med))
+    return {
+        "best": built[best][2],
+        "best_median_regret": float(med[best]),
+        "grid": [
+            {
+                "hyper": b[2],
+                "median_regret": float(m),
+                "mean_regret": float(f.mean()),
+                "se_regret": standard_error(f),
+            }
+            for b, m, f in zip(built, med, final, strict=True)
+        ],
+        "lanes": lanes,
+        "wall_s": round(wall, 1),
+    }
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    plan = check_args(args)
+    results = _load_results(plan)
+    command = f"{PROG} " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
+
+    from rpg_jax.config import setup_jax
+
+    setup_jax()
+    for cell in plan["cells"]:
+        for name in plan["agents"]:
+            stored = results["cells"].get(cell.key, {})
+            if name in stored:
+                print(f"{cell.key} {name}: stored, best {stored[name]['best']}", file=sys.stderr)
+                continue
+            unit = tune_unit(
+                name,
+                cell,
+                plan["grids"][name],
+                plan["seeds"],
+                plan["protocol"]["n_steps"],
+                progress=not args.no_progress,
+            )
+            unit["command"] = command
+            unit["finished_utc"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+            results["grids"][name] = plan["grids"][name]
+            results["cells"].setdefault(cell.key, {})[name] = unit
+            _write_atomic(plan["out"], results)
+            print(
+                f"{cell.key} {name}: best {unit['best']} median R_n "
+                f"{unit['best_median_regret']:.2f} ({unit['wall_s']} s)"
+            )
+    print(f"results in {plan['out']}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (``rpg_core.cli`` convention: 2 on usage errors, 1 on other failures)."""
+    return run_cli(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

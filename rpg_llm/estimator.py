@@ -18,6 +18,10 @@ from the global RNG, a seed is taken from the caller's generator and the draws r
 ``torch.random.fork_rng``, so the global RNG is left untouched and the same generator state gives
 the same draws.
 
+The algebra (constants, checks, conjugate update with forgetting, predictive parameters,
+quantile, posterior-mean rate) is :mod:`rpg_core.niw`, shared with the JAX backend and the NumPy
+reference; this module keeps the torch sampler and the eager control flow.
+
 Units: rewards in reward units, times in seconds; ``rho_hat`` in reward per second.
 """
 
@@ -28,6 +32,20 @@ from typing import NamedTuple
 
 import torch
 from torch.distributions import Chi2, MultivariateNormal
+
+from rpg_core import niw
+from rpg_core.niw import (
+    KAPPA0,
+    LAM,
+    MU0,
+    NU0,
+    NUM_BATCHES,
+    NUM_SLOTS,
+    PSI0_SCALE,
+    QUANTILE,
+    D,
+    NIWState,
+)
 
 __all__ = [
     "D",
@@ -57,41 +75,9 @@ __all__ = [
     "make_niw_estimator",
 ]
 
-D = 2  # dimension of y = (slot reward sum, log slot time sum)
-MU0 = 0.0  # first prior mean (both coordinates)
-KAPPA0 = 1e-3  # first prior mean-precision count
-NU0 = 3.0  # first prior degrees of freedom
-PSI0_SCALE = 1e-3  # first prior scale matrix psi0 = PSI0_SCALE * I
-LAM = 0.3  # forgetting factor applied to the previous posterior before each refit
-NUM_SLOTS = 128  # slots in the reference (the slot count is the caller's array length)
-NUM_BATCHES = 1000  # synthetic batches M drawn per estimate
-QUANTILE = 0.95  # quantile of the per-batch rate
 # "fast" (default) and "torch" both draw with torch.distributions (MultivariateNormal + Chi2):
 # in torch that already is the fast path; the names match rpg_jax.estimator.SAMPLERS' default.
 SAMPLERS = ("fast", "torch")
-
-
-class NIWState(NamedTuple):
-    """Estimator state (tensors on one device, one dtype for the float fields).
-
-    Attributes:
-      mu: posterior mean of ``y``, shape ``(2,)``, float.
-      kappa: posterior mean-precision count, shape ``()``, float.
-      nu: posterior degrees of freedom, shape ``()``, float.
-      psi: posterior scale matrix, shape ``(2, 2)``, float, symmetric positive definite.
-      rho_hat: last estimate of the reward rate, shape ``()``, float (0 before any fit).
-      fitted: whether the LAST :func:`update` was a real refit (>= 2 usable slots), ``()`` bool.
-      num_fits: number of real refits so far, ``()`` int32 (0: the next refit uses the first
-        prior ``(MU0, KAPPA0, NU0, PSI0_SCALE I)`` itself, not its forgotten version).
-    """
-
-    mu: torch.Tensor
-    kappa: torch.Tensor
-    nu: torch.Tensor
-    psi: torch.Tensor
-    rho_hat: torch.Tensor
-    fitted: torch.Tensor
-    num_fits: torch.Tensor
 
 
 def init_state(dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
@@ -131,178 +117,72 @@ def _as_tensor(x, dtype=None, device=None) -> torch.Tensor:
     return t if t.is_floating_point() else t.to(torch.get_default_dtype())
 
 
-def _check_slots(slot_rewards: torch.Tensor, slot_times: torch.Tensor) -> None:
-    if slot_rewards.ndim != 1 or slot_rewards.shape != slot_times.shape:
-        raise ValueError(
-            "slot_rewards and slot_times must be 1-D of equal length, got shapes "
-            f"{tuple(slot_rewards.shape)} and {tuple(slot_times.shape)}"
-        )
-    if slot_rewards.shape[0] < 1:
-        raise ValueError("need at least one slot, got 0")
-
-
-def _check_lam(lam) -> None:
-    if isinstance(lam, int | float) and not 0.0 < lam <= 1.0:
-        raise ValueError(f"lam must lie in (0, 1], got {lam}")
-
-
 def slot_vectors(slot_rewards, slot_times, dtype: torch.dtype | None = None):
-    """Slot vectors ``y = (reward sum, log time sum)`` and the usable-slot mask.
+    """Slot vectors ``y = (reward sum, log time sum)`` ``(S, 2)`` (unusable rows 0) and the
+    usable-slot mask ``(S,)`` bool (reward and time finite, time > 0):
+    :func:`rpg_core.niw.slot_vectors` on tensors (array-likes are converted; ``dtype`` defaults
+    to the inputs' promoted float dtype).
 
-    Args:
-      slot_rewards: slot reward sums, shape ``(S,)`` (tensor or array-like).
-      slot_times: slot time sums (seconds), shape ``(S,)``.
-      dtype: float dtype of ``y`` (default: the inputs' promoted float dtype).
-
-    Returns:
-      ``(y, mask)``: ``y`` shape ``(S, 2)`` with unusable rows set to 0, ``mask`` shape ``(S,)``
-      bool, True where the slot is usable (reward and time finite, time > 0).
-
-    Raises:
-      ValueError: on shape mismatch or zero slots.
+    Raises: ValueError on shape mismatch or zero slots.
     """
     r, t = _as_tensor(slot_rewards), _as_tensor(slot_times)
-    _check_slots(r, t)
+    niw.check_slot_shapes(r.shape, t.shape)
     if dtype is None:
         dtype = torch.promote_types(r.dtype, t.dtype)
-    r, t = r.to(dtype), t.to(dtype)
-    mask = torch.isfinite(r) & torch.isfinite(t) & (t > 0)
-    zero, one = torch.zeros_like(r), torch.ones_like(t)
-    y = torch.stack([torch.where(mask, r, zero), torch.log(torch.where(mask, t, one))], dim=-1)
-    return y, mask
+    return niw.slot_vectors(torch, r.to(dtype), t.to(dtype))
 
 
 def forgetting_prior(state: NIWState, lam=LAM):
-    """The prior used by the next refit: ``(mu, lam kappa, max(lam nu, D + 2), lam psi)``.
-
-    Before the first real refit (``state.num_fits == 0``) it is the first prior itself (the
-    state's posterior fields unchanged).
-
-    Args:
-      state: current :class:`NIWState`.
-      lam: forgetting factor in ``(0, 1]``.
-
-    Returns:
-      ``(mu0, kappa0, nu0, psi0)`` with shapes ``(2,), (), (), (2, 2)``.
-
-    Raises:
-      ValueError: if ``lam`` is a Python number outside ``(0, 1]``.
-
-    Source: DESIGN.md section 4 (reference forgetting rule).
+    """``(mu0, kappa0, nu0, psi0)`` of the next refit (the first prior before any real refit,
+    else ``(mu, lam kappa, max(lam nu, D + 2), lam psi)``): :func:`rpg_core.niw.forgetting_prior`
+    on tensors. Raises ValueError if ``lam`` is outside ``(0, 1]`` or NaN.
     """
-    _check_lam(lam)
-    if int(state.num_fits) == 0:
-        return state.mu, state.kappa, state.nu, state.psi
+    niw.check_lam(lam)
     lam = torch.as_tensor(lam, dtype=state.kappa.dtype, device=state.kappa.device)
-    nu0 = torch.clamp(lam * state.nu, min=D + 2.0)
-    return state.mu, lam * state.kappa, nu0, lam * state.psi
+    return niw.forgetting_prior(torch, state, lam)
 
 
 def niw_posterior(mu0, kappa0, nu0, psi0, y: torch.Tensor, mask: torch.Tensor):
-    """Conjugate NIW update of the prior ``(mu0, kappa0, nu0, psi0)`` on the masked rows of ``y``.
-
-    With ``n`` usable rows, mean ``ybar`` and centred scatter ``C = sum (y - ybar)(y - ybar)^T``:
-    ``kappa_n = kappa0 + n``, ``nu_n = nu0 + n``, ``mu_n = (kappa0 mu0 + n ybar) / kappa_n``,
-    ``psi_n = psi0 + C + kappa0 n / kappa_n (ybar - mu0)(ybar - mu0)^T``.
-
-    Args:
-      mu0, kappa0, nu0, psi0: prior, shapes ``(d,), (), (), (d, d)``.
-      y: observations, shape ``(S, d)``; rows where ``mask`` is False are ignored (must be finite).
-      mask: usable rows, shape ``(S,)`` bool.
-
-    Returns:
-      ``(mu_n, kappa_n, nu_n, psi_n)`` in ``y``'s dtype (prior unchanged when ``n = 0``).
-
-    Source: Murphy (2007), "Conjugate Bayesian analysis of the Gaussian distribution", eqs. 250-254.
+    """Conjugate NIW update of a prior on the masked rows of ``y`` ``(S, d)`` (Murphy 2007, eqs.
+    250-254): :func:`rpg_core.niw.niw_posterior` on tensors; ``(mu_n, kappa_n, nu_n, psi_n)``.
     """
-    w = mask.to(y.dtype)
-    n = w.sum()
-    ybar = (w[:, None] * y).sum(dim=0) / torch.clamp(n, min=1.0)
-    dev = w[:, None] * (y - ybar)
-    scatter = dev.T @ dev
-    kappa_n = kappa0 + n
-    mu_n = (kappa0 * mu0 + n * ybar) / kappa_n
-    shift = ybar - mu0
-    psi_n = psi0 + scatter + (kappa0 * n / kappa_n) * torch.outer(shift, shift)
-    return mu_n, kappa_n, nu0 + n, psi_n
+    return niw.niw_posterior(torch, mu0, kappa0, nu0, psi0, y, mask)
 
 
 def update(state: NIWState, slot_rewards, slot_times, lam=LAM) -> NIWState:
-    """Refit the NIW posterior from the slot accumulators, with forgetting.
+    """Refit the NIW posterior from the slot accumulators ``(S,)`` (seconds), with forgetting.
 
-    Usable slot: reward and time finite, time > 0. With fewer than 2 usable slots the state is
-    returned unchanged except ``fitted = False`` (posterior and ``rho_hat`` kept). Otherwise the
-    prior is :func:`forgetting_prior` and the conjugate update :func:`niw_posterior` runs on the
-    usable slot vectors ``(reward sum, log time sum)``; ``fitted = True``, ``num_fits += 1``,
-    ``rho_hat`` unchanged (set it with :func:`estimate` / :func:`refit`).
-
-    Args:
-      state: current :class:`NIWState`.
-      slot_rewards: slot reward sums, shape ``(S,)``.
-      slot_times: slot time sums (seconds), shape ``(S,)``.
-      lam: forgetting factor in ``(0, 1]``.
-
-    Returns:
-      The new :class:`NIWState`.
+    :func:`rpg_core.niw.update` on :func:`slot_vectors`: fewer than 2 usable slots keep the
+    state except ``fitted = False``; otherwise ``fitted = True``, ``num_fits += 1``, ``rho_hat``
+    unchanged (set it with :func:`estimate` / :func:`refit`).
 
     Raises:
-      ValueError: on mismatched / non-1-D slot arrays, zero slots, or ``lam`` outside ``(0, 1]``.
+      ValueError: on mismatched / non-1-D slot arrays, zero slots, or ``lam`` outside ``(0, 1]``
+        (or NaN).
 
     Source: DESIGN.md section 4; paper Algorithm 1 ("Fit f_rho on B").
     """
-    _check_lam(lam)
+    niw.check_lam(lam)
     dev = state.mu.device
-    r = _as_tensor(slot_rewards, device=dev)
-    t = _as_tensor(slot_times, device=dev)
-    y, mask = slot_vectors(r, t, state.mu.dtype)
-    ok = int(mask.sum()) >= 2
-    if not ok:
-        return state._replace(fitted=torch.zeros((), dtype=torch.bool, device=dev))
-    mu, kappa, nu, psi = niw_posterior(*forgetting_prior(state, lam), y, mask)
-    return NIWState(
-        mu=mu,
-        kappa=kappa,
-        nu=nu,
-        psi=psi,
-        rho_hat=state.rho_hat,
-        fitted=torch.ones((), dtype=torch.bool, device=dev),
-        num_fits=state.num_fits + 1,
+    y, mask = slot_vectors(
+        _as_tensor(slot_rewards, device=dev), _as_tensor(slot_times, device=dev), state.mu.dtype
     )
+    lam = torch.as_tensor(lam, dtype=state.kappa.dtype, device=dev)
+    return niw.update(torch, state, y, mask, lam)
 
 
 def predictive_params(state: NIWState):
-    """Posterior predictive Student-t of one slot vector: ``(df, loc, scale, scale_tril)``.
-
-    ``df = nu - D + 1``, ``loc = mu``, ``scale = psi (kappa + 1) / (kappa df)``, ``scale_tril``
-    its lower Cholesky factor (closed form for ``2 x 2``). Covariance ``scale df / (df - 2)``.
-
-    Args:
-      state: :class:`NIWState`.
-
-    Returns:
-      Shapes ``(), (2,), (2, 2), (2, 2)`` in the state's dtype.
-
-    Source: Murphy (2007), eq. 258.
+    """Predictive Student-t ``(df, loc, scale, scale_tril)`` of one slot vector, shapes
+    ``(), (2,), (2, 2), (2, 2)`` (Murphy 2007, eq. 258): :func:`rpg_core.niw.predictive_params`.
     """
-    df = state.nu - D + 1.0
-    scale = state.psi * ((state.kappa + 1.0) / (state.kappa * df))
-    a, b, c = scale[0, 0], scale[1, 0], scale[1, 1]
-    l00 = torch.sqrt(a)
-    l10 = b / l00
-    l11 = torch.sqrt(torch.clamp(c - l10 * l10, min=0.0))
-    zero = torch.zeros_like(a)
-    scale_tril = torch.stack([torch.stack([l00, zero]), torch.stack([l10, l11])])
-    return df, state.mu, scale, scale_tril
+    return niw.predictive_params(torch, state)
 
 
 def _check_sampling(num_slots, num_batches, quantile, sampler) -> None:
-    for name, v in (("num_slots", num_slots), ("num_batches", num_batches)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
-    if isinstance(quantile, int | float) and not 0.0 <= quantile <= 1.0:
-        raise ValueError(f"quantile must lie in [0, 1], got {quantile}")
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+    for name, value in (("num_batches", num_batches), ("num_slots", num_slots)):
+        niw.check_count(name, value)
+    niw.check_choice("sampler", sampler, SAMPLERS)
+    niw.check_quantile(quantile)
 
 
 def _check_generator(generator) -> None:
@@ -370,13 +250,8 @@ def rate_quantile(draws: torch.Tensor, quantile=QUANTILE) -> torch.Tensor:
     Raises:
       ValueError: if ``draws`` is not ``(M, S, 2)`` or ``quantile`` is outside ``[0, 1]``.
     """
-    if draws.ndim != 3 or draws.shape[-1] != D:
-        raise ValueError(f"draws must have shape (M, S, {D}), got {tuple(draws.shape)}")
-    if isinstance(quantile, int | float) and not 0.0 <= quantile <= 1.0:
-        raise ValueError(f"quantile must lie in [0, 1], got {quantile}")
-    ratio = draws[..., 0].mean(dim=-1) / torch.exp(draws[..., 1]).mean(dim=-1)
-    q = torch.quantile(ratio, float(quantile))
-    return torch.clamp(q, min=0.0)
+    niw.check_draws_shape(draws.shape)
+    return niw.rate_quantile(torch, niw.batch_rates(torch, draws), float(quantile))
 
 
 def estimate(
@@ -467,12 +342,7 @@ def posterior_mean_rate(state: NIWState) -> torch.Tensor:
     Source: DESIGN.md section 4 ("alternatives behind the same contract"); NIW moments: Murphy
     (2007), eq. 247 (mean of the inverse-Wishart).
     """
-    denom = state.nu - D - 1.0
-    if not bool(state.fitted) or not bool(denom > 0):
-        return state.rho_hat
-    sigma_tt = state.psi[1, 1] / denom
-    rate = state.mu[0] / torch.exp(state.mu[1] + 0.5 * sigma_tt)
-    return torch.clamp(rate, min=0.0)
+    return niw.posterior_mean_rate(torch, state)
 
 
 def refit_posterior_mean(
@@ -538,9 +408,8 @@ def make_niw_estimator(
       ValueError: on any bad setting (checked here).
     """
     _check_sampling(num_slots, num_batches, quantile, sampler)
-    _check_lam(lam)
-    if kind not in ("niw_quantile", "posterior_mean"):
-        raise ValueError(f"kind must be 'niw_quantile' or 'posterior_mean', got {kind!r}")
+    niw.check_lam(lam)
+    niw.check_choice("kind", kind, niw.KINDS)
 
     def _refit(state, slot_rewards, slot_times, generator):
         shape = tuple(_as_tensor(slot_rewards).shape)

@@ -24,11 +24,12 @@ Units: rewards in reward units, times in seconds (``rpg_llm``) or abstract time 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = [
+CONSTANTS = (
     "D",
     "MU0",
     "KAPPA0",
@@ -38,8 +39,14 @@ __all__ = [
     "NUM_SLOTS",
     "NUM_BATCHES",
     "QUANTILE",
+)
+__all__ = [
+    *CONSTANTS,
     "KINDS",
+    "BACKEND_API",
     "NIWState",
+    "Estimator",
+    "bind_estimator",
     "concrete",
     "check_lam",
     "check_quantile",
@@ -67,6 +74,27 @@ NUM_SLOTS = 128  # slots in the reference (the slot count is the caller's array 
 NUM_BATCHES = 1000  # synthetic batches M drawn per estimate
 QUANTILE = 0.95  # quantile of the per-batch rate
 KINDS = ("niw_quantile", "posterior_mean")  # estimators behind the contract
+# The names every estimator backend (rpg_jax.estimator, rpg_llm.estimator) exports, with one
+# meaning (tests/test_estimator_contract.py holds both to it).
+BACKEND_API = (
+    *CONSTANTS,
+    "SAMPLERS",
+    "NIWState",
+    "init_state",
+    "slot_vectors",
+    "forgetting_prior",
+    "niw_posterior",
+    "update",
+    "predictive_params",
+    "predictive_draws",
+    "rate_quantile",
+    "estimate",
+    "refit",
+    "posterior_mean_rate",
+    "refit_posterior_mean",
+    "Estimator",
+    "make_niw_estimator",
+)
 
 
 class NIWState(NamedTuple):
@@ -90,6 +118,57 @@ class NIWState(NamedTuple):
     rho_hat: Any
     fitted: Any
     num_fits: Any
+
+
+class Estimator(NamedTuple):
+    """A reward-rate estimator behind the contract, with its settings bound (either backend).
+
+    Attributes:
+      init: ``init(dtype) -> NIWState`` (the backend's ``init_state``).
+      refit: ``refit(state, slot_rewards (S,), slot_times (S,), rng) -> NIWState``, ``rng`` a
+        ``jax.random`` key (pure, ``jit``/``vmap``-able) or a seeded ``torch.Generator``; the
+        estimate is ``state.rho_hat``.
+    """
+
+    init: Callable[..., NIWState]
+    refit: Callable[[NIWState, Any, Any, Any], NIWState]
+
+
+def bind_estimator(
+    init: Callable[..., NIWState],
+    refit_quantile: Callable[[NIWState, Any, Any, Any], NIWState],
+    refit_posterior_mean: Callable[[NIWState, Any, Any, Any], NIWState],
+    num_slots: int,
+    kind: str,
+    shape_of: Callable[[Any], tuple[int, ...]],
+) -> Estimator:
+    """The :class:`Estimator` of ``kind``, whose refit insists on ``num_slots`` slots.
+
+    Args:
+      init: the backend's ``init_state``.
+      refit_quantile, refit_posterior_mean: ``(state, slot_rewards, slot_times, rng) -> state``
+        with every other setting bound (``kind`` ``"niw_quantile"`` / ``"posterior_mean"``).
+      num_slots: expected slot count ``S``.
+      kind: one of :data:`KINDS`.
+      shape_of: the shape of a slot array in the backend (``jnp.shape``, ...).
+
+    Returns:
+      :class:`Estimator`; its ``refit`` raises ValueError on slot arrays not of shape ``(S,)``.
+
+    Raises:
+      ValueError: on a bad ``num_slots`` or ``kind`` (here, before any tracing).
+    """
+    check_count("num_slots", num_slots)
+    check_choice("kind", kind, KINDS)
+    chosen = refit_posterior_mean if kind == "posterior_mean" else refit_quantile
+
+    def refit(state: NIWState, slot_rewards: Any, slot_times: Any, rng: Any) -> NIWState:
+        shape = tuple(shape_of(slot_rewards))
+        if shape != (num_slots,):
+            raise ValueError(f"expected slot arrays of shape ({num_slots},), got {shape}")
+        return chosen(state, slot_rewards, slot_times, rng)
+
+    return Estimator(init=init, refit=refit)
 
 
 # ----------------------------------------------------------------------------- checks

@@ -26,57 +26,20 @@ Units: rewards in reward units, times in seconds (``rpg_llm``) or abstract time 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 
 from rpg_core import niw
-from rpg_core.niw import (
-    KAPPA0,
-    LAM,
-    MU0,
-    NU0,
-    NUM_BATCHES,
-    NUM_SLOTS,
-    PSI0_SCALE,
-    QUANTILE,
-    D,
-    NIWState,
-)
+from rpg_core.niw import KAPPA0, LAM, MU0, NU0, NUM_BATCHES, NUM_SLOTS, PSI0_SCALE, QUANTILE, D
 from rpg_jax import polar_t, student_t
 
-__all__ = [
-    "D",
-    "MU0",
-    "KAPPA0",
-    "NU0",
-    "PSI0_SCALE",
-    "LAM",
-    "NUM_SLOTS",
-    "NUM_BATCHES",
-    "QUANTILE",
-    "SAMPLERS",
-    "CHUNK_BATCHES",
-    "NIWState",
-    "init_state",
-    "slot_vectors",
-    "forgetting_prior",
-    "niw_posterior",
-    "update",
-    "predictive_params",
-    "predictive_draws",
-    "rate_quantile",
-    "estimate",
-    "refit",
-    "posterior_mean_rate",
-    "refit_posterior_mean",
-    "Estimator",
-    "make_niw_estimator",
-]
+__all__ = [*niw.BACKEND_API, "CHUNK_BATCHES"]
 
 SAMPLERS = ("polar", "fast", "numpyro")
+Estimator = niw.Estimator
+NIWState = niw.NIWState
 # Synthetic batches are drawn CHUNK_BATCHES at a time inside a lax.scan. With the default "polar"
 # sampler a chunk's draws are generated and reduced to batch rates in one XLA fusion (never
 # stored); the scan keeps the per-step working set small under a wide vmap over seeds. The law
@@ -361,20 +324,9 @@ def refit(
 
 
 def posterior_mean_rate(state: NIWState) -> jax.Array:
-    """Alternative estimator: rate of the NIW posterior means, ``max(0, E[r] / E[exp(t)])``.
-
-    ``E[r] = mu_r``; ``E[exp(t)] = exp(mu_t + Sigma_tt / 2)`` with the posterior mean covariance
-    ``Sigma = psi / (nu - D - 1)`` (lognormal mean). Returns ``state.rho_hat`` when
-    ``state.fitted`` is False (or when ``nu <= D + 1``, where the mean covariance is undefined).
-
-    Args:
-      state: :class:`NIWState`.
-
-    Returns:
-      Shape ``()``, state dtype, >= 0.
-
-    Source: DESIGN.md section 4 ("alternatives behind the same contract"); NIW moments: Murphy
-    (2007), eq. 247 (mean of the inverse-Wishart).
+    """Alternative estimator ``max(0, mu_r / exp(mu_t + Sigma_tt / 2))`` (posterior means; shape
+    ``()``, state dtype; ``rho_hat`` when not fitted): :func:`rpg_core.niw.posterior_mean_rate`
+    on ``jax.numpy``.
     """
     return niw.posterior_mean_rate(jnp, state)
 
@@ -403,19 +355,6 @@ def refit_posterior_mean(
     return state._replace(rho_hat=posterior_mean_rate(state))
 
 
-class Estimator(NamedTuple):
-    """A reward-rate estimator behind the contract, with its settings bound.
-
-    Attributes:
-      init: ``init(dtype=jnp.float32) -> NIWState``.
-      refit: ``refit(state, slot_rewards (S,), slot_times (S,), key) -> NIWState``; pure,
-        ``jit``/``vmap``-able; the estimate is ``state.rho_hat``.
-    """
-
-    init: Callable[..., NIWState]
-    refit: Callable[[NIWState, jax.Array, jax.Array, jax.Array], NIWState]
-
-
 def make_niw_estimator(
     num_slots: int = NUM_SLOTS,
     num_batches: int = NUM_BATCHES,
@@ -425,20 +364,19 @@ def make_niw_estimator(
     sampler: str = "polar",
     chunk_batches: int = CHUNK_BATCHES,
 ) -> Estimator:
-    """Bind the settings of an NIW estimator.
+    """Bind the settings of an NIW estimator (:func:`rpg_core.niw.bind_estimator`).
 
     Args:
       num_slots: expected slot count ``S``; ``refit`` raises ValueError on other lengths.
-      num_batches: synthetic batches ``M`` (``kind="niw_quantile"``).
-      quantile: in ``[0, 1]`` (``kind="niw_quantile"``).
+      num_batches, quantile, sampler, chunk_batches: as in :func:`estimate`
+        (``kind="niw_quantile"``).
       lam: forgetting factor in ``(0, 1]``.
       kind: ``"niw_quantile"`` (:func:`refit`) or ``"posterior_mean"``
         (:func:`refit_posterior_mean`).
-      sampler: ``"polar"``, ``"fast"`` or ``"numpyro"``.
-      chunk_batches: speed knob (see :func:`predictive_draws`).
 
     Returns:
-      :class:`Estimator`.
+      :class:`Estimator` whose ``refit(state, slot_rewards, slot_times, key)`` is pure and
+      ``jit``/``vmap``-able.
 
     Raises:
       ValueError: on any bad setting (checked here, before any tracing).
@@ -446,25 +384,13 @@ def make_niw_estimator(
     _check_sampling(num_slots, num_batches, quantile, sampler)
     niw.check_lam(lam)
     _chunking(num_batches, chunk_batches)
-    niw.check_choice("kind", kind, niw.KINDS)
-
-    def _refit(state, slot_rewards, slot_times, key):
-        if jnp.shape(slot_rewards) != (num_slots,):
-            raise ValueError(
-                f"expected slot arrays of shape ({num_slots},), got {jnp.shape(slot_rewards)}"
-            )
-        if kind == "posterior_mean":
-            return refit_posterior_mean(state, slot_rewards, slot_times, key, lam)
-        return refit(
-            state,
-            slot_rewards,
-            slot_times,
-            key,
-            num_batches,
-            quantile,
-            lam,
-            sampler,
-            chunk_batches=chunk_batches,
-        )
-
-    return Estimator(init=init_state, refit=_refit)
+    quantile_refit = partial(
+        refit,
+        num_batches=num_batches,
+        quantile=quantile,
+        lam=lam,
+        sampler=sampler,
+        chunk_batches=chunk_batches,
+    )
+    mean_refit = partial(refit_posterior_mean, lam=lam)
+    return niw.bind_estimator(init_state, quantile_refit, mean_refit, num_slots, kind, jnp.shape)

@@ -27,57 +27,21 @@ Units: rewards in reward units, times in seconds; ``rho_hat`` in reward per seco
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
+from typing import Literal
 
 import torch
 from torch.distributions import Chi2, MultivariateNormal
 
 from rpg_core import niw
-from rpg_core.niw import (
-    KAPPA0,
-    LAM,
-    MU0,
-    NU0,
-    NUM_BATCHES,
-    NUM_SLOTS,
-    PSI0_SCALE,
-    QUANTILE,
-    D,
-    NIWState,
-)
+from rpg_core.niw import KAPPA0, LAM, MU0, NU0, NUM_BATCHES, NUM_SLOTS, PSI0_SCALE, QUANTILE, D
 
-__all__ = [
-    "D",
-    "MU0",
-    "KAPPA0",
-    "NU0",
-    "PSI0_SCALE",
-    "LAM",
-    "NUM_SLOTS",
-    "NUM_BATCHES",
-    "QUANTILE",
-    "SAMPLERS",
-    "NIWState",
-    "init_state",
-    "slot_vectors",
-    "forgetting_prior",
-    "niw_posterior",
-    "update",
-    "predictive_params",
-    "predictive_draws",
-    "rate_quantile",
-    "estimate",
-    "refit",
-    "posterior_mean_rate",
-    "refit_posterior_mean",
-    "Estimator",
-    "make_niw_estimator",
-]
+__all__ = list(niw.BACKEND_API)
 
 # "fast" (default) and "torch" both draw with torch.distributions (MultivariateNormal + Chi2):
 # in torch that already is the fast path; the names match rpg_jax.estimator.SAMPLERS' default.
 SAMPLERS = ("fast", "torch")
+Estimator = niw.Estimator
+NIWState = niw.NIWState
 
 
 def init_state(dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
@@ -197,7 +161,7 @@ def predictive_draws(
     generator: torch.Generator,
     num_slots: int,
     num_batches: int = NUM_BATCHES,
-    sampler: str = "fast",
+    sampler: Literal["fast", "torch"] = "fast",
 ) -> torch.Tensor:
     """Draw ``num_batches`` synthetic batches of ``num_slots`` slot vectors from the predictive.
 
@@ -238,17 +202,10 @@ def predictive_draws(
 
 
 def rate_quantile(draws: torch.Tensor, quantile=QUANTILE) -> torch.Tensor:
-    """``max(0, quantile_m [mean_s r_ms / mean_s exp(t_ms)])`` of predictive draws.
-
-    Args:
-      draws: shape ``(M, S, 2)``: slot vectors ``(reward sum, log time sum)``.
-      quantile: in ``[0, 1]`` (linear interpolation between order statistics, NumPy's default).
-
-    Returns:
-      ``rho_hat``, shape ``()``, >= 0.
-
-    Raises:
-      ValueError: if ``draws`` is not ``(M, S, 2)`` or ``quantile`` is outside ``[0, 1]``.
+    """``rho_hat = max(0, quantile)`` over the batches of ``draws`` ``(M, S, 2)`` of the batch rate
+    ``mean r / mean exp(log t)`` (:func:`rpg_core.niw.rate_quantile`, NumPy's linear
+    interpolation); a 0-d tensor, >= 0. Raises ValueError on another shape, or a ``quantile``
+    outside ``[0, 1]`` or NaN.
     """
     niw.check_draws_shape(draws.shape)
     return niw.rate_quantile(torch, niw.batch_rates(torch, draws), float(quantile))
@@ -259,32 +216,20 @@ def estimate(
     generator: torch.Generator,
     num_slots: int = NUM_SLOTS,
     num_batches: int = NUM_BATCHES,
-    quantile=QUANTILE,
-    sampler: str = "fast",
+    quantile: float | torch.Tensor = QUANTILE,
+    sampler: Literal["fast", "torch"] = "fast",
 ) -> torch.Tensor:
-    """Reward-rate estimate from the posterior predictive (quantile of synthetic batch rates).
+    """``rho_hat`` from the posterior predictive (DESIGN.md section 4, reference estimator).
 
-    If ``state.fitted`` is False, returns ``state.rho_hat`` (the last estimate; 0 before any
-    fit) and draws nothing. Otherwise draws ``num_batches`` batches of ``num_slots`` slot
-    vectors from the predictive Student-t, exponentiates the time coordinate, takes
-    ``mean(r) / mean(delta)`` per batch and returns ``max(0, quantile)`` of those ratios
-    (:func:`rate_quantile` of :func:`predictive_draws`).
-
-    Args:
-      state: :class:`NIWState`.
-      generator: a seeded ``torch.Generator``.
-      num_slots, num_batches: ints (``S``, ``M``).
-      quantile: in ``[0, 1]``.
-      sampler: see :func:`predictive_draws`.
-
-    Returns:
-      ``rho_hat``, shape ``()``, state dtype, >= 0.
+    Not fitted (``state.fitted`` False): the last estimate ``state.rho_hat`` (0 before any fit),
+    and nothing is drawn. Fitted: :func:`rate_quantile` of :func:`predictive_draws`
+    (``num_batches`` synthetic batches of ``num_slots`` slot vectors, drawn from ``generator``).
+    A 0-d tensor in the state's dtype, >= 0.
 
     Raises:
-      ValueError: on bad ``num_slots`` / ``num_batches`` / ``quantile`` / ``sampler`` /
-        ``generator``.
-
-    Source: DESIGN.md section 4 (reference estimator).
+      ValueError: on a non-positive ``num_slots`` / ``num_batches``, a ``quantile`` outside
+        ``[0, 1]`` (or NaN), an unknown ``sampler`` or a ``generator`` that is not a seeded
+        ``torch.Generator``.
     """
     _check_sampling(num_slots, num_batches, quantile, sampler)
     _check_generator(generator)
@@ -300,23 +245,13 @@ def refit(
     slot_times,
     generator: torch.Generator,
     num_batches: int = NUM_BATCHES,
-    quantile=QUANTILE,
+    quantile: float | torch.Tensor = QUANTILE,
     lam=LAM,
-    sampler: str = "fast",
+    sampler: Literal["fast", "torch"] = "fast",
 ) -> NIWState:
-    """:func:`update` then :func:`estimate` (with ``num_slots = S``), stored in ``rho_hat``.
-
-    Args:
-      state: :class:`NIWState`.
-      slot_rewards, slot_times: slot accumulators, shape ``(S,)``.
-      generator: a seeded ``torch.Generator``.
-      num_batches, quantile, lam, sampler: as in :func:`update` / :func:`estimate`.
-
-    Returns:
-      The new state; ``rho_hat`` unchanged when fewer than 2 slots are usable.
-
-    Raises:
-      ValueError: as :func:`update` and :func:`estimate`.
+    """:func:`update` (``lam``) and then :func:`estimate` with ``num_slots = S`` (the slot arrays'
+    length), stored in ``rho_hat`` (kept when fewer than 2 slots are usable). Raises ValueError
+    as those two do.
     """
     _check_sampling(1, num_batches, quantile, sampler)
     _check_generator(generator)
@@ -326,21 +261,44 @@ def refit(
     return state._replace(rho_hat=rho_hat)
 
 
-def posterior_mean_rate(state: NIWState) -> torch.Tensor:
-    """Alternative estimator: rate of the NIW posterior means, ``max(0, E[r] / E[exp(t)])``.
-
-    ``E[r] = mu_r``; ``E[exp(t)] = exp(mu_t + Sigma_tt / 2)`` with the posterior mean covariance
-    ``Sigma = psi / (nu - D - 1)`` (lognormal mean). Returns ``state.rho_hat`` when
-    ``state.fitted`` is False (or when ``nu <= D + 1``, where the mean covariance is undefined).
+def make_niw_estimator(
+    num_slots: int = NUM_SLOTS,
+    num_batches: int = NUM_BATCHES,
+    quantile: float | torch.Tensor = QUANTILE,
+    lam: float | torch.Tensor = LAM,
+    kind: str = "niw_quantile",
+    sampler: Literal["fast", "torch"] = "fast",
+) -> Estimator:
+    """Bind the settings of an NIW estimator (:func:`rpg_core.niw.bind_estimator`).
 
     Args:
-      state: :class:`NIWState`.
+      num_slots: the slot count ``S`` every ``refit`` call must pass (else ValueError).
+      num_batches, quantile, sampler: see :func:`estimate` (``kind="niw_quantile"``).
+      lam: forgetting factor in ``(0, 1]``.
+      kind: one of ``rpg_core.niw.KINDS``: :func:`refit` or :func:`refit_posterior_mean`.
 
     Returns:
-      Shape ``()``, state dtype, >= 0.
+      :class:`Estimator` whose ``refit(state, slot_rewards, slot_times, generator)`` runs eagerly.
 
-    Source: DESIGN.md section 4 ("alternatives behind the same contract"); NIW moments: Murphy
-    (2007), eq. 247 (mean of the inverse-Wishart).
+    Raises:
+      ValueError: on any bad setting (checked here).
+    """
+    _check_sampling(num_slots, num_batches, quantile, sampler)
+    niw.check_lam(lam)
+    return niw.bind_estimator(
+        init_state,
+        lambda st, r, t, gen: refit(st, r, t, gen, num_batches, quantile, lam, sampler),
+        lambda st, r, t, gen: refit_posterior_mean(st, r, t, gen, lam),
+        num_slots,
+        kind,
+        lambda x: tuple(_as_tensor(x).shape),
+    )
+
+
+def posterior_mean_rate(state: NIWState) -> torch.Tensor:
+    """Alternative estimator ``max(0, mu_r / exp(mu_t + Sigma_tt / 2))`` (posterior means; shape
+    ``()``, state dtype; ``rho_hat`` when not fitted): :func:`rpg_core.niw.posterior_mean_rate`
+    on torch tensors.
     """
     return niw.posterior_mean_rate(torch, state)
 
@@ -352,73 +310,8 @@ def refit_posterior_mean(
     generator: torch.Generator | None = None,
     lam=LAM,
 ) -> NIWState:
-    """:func:`update` then :func:`posterior_mean_rate`, stored in ``rho_hat``.
-
-    Args:
-      state, slot_rewards, slot_times, lam: as in :func:`update`.
-      generator: unused (kept so every estimator's refit has the same signature).
-
-    Returns:
-      The new state.
-
-    Raises:
-      ValueError: as :func:`update`.
-    """
+    """:func:`update`, then ``rho_hat = posterior_mean_rate(state)``; ``generator`` is unused
+    (every estimator's refit takes one). Raises ValueError as :func:`update` does."""
     del generator
     state = update(state, slot_rewards, slot_times, lam)
     return state._replace(rho_hat=posterior_mean_rate(state))
-
-
-class Estimator(NamedTuple):
-    """A reward-rate estimator behind the contract, with its settings bound.
-
-    Attributes:
-      init: ``init(dtype=torch.float32) -> NIWState``.
-      refit: ``refit(state, slot_rewards (S,), slot_times (S,), generator) -> NIWState``; the
-        estimate is ``state.rho_hat``.
-    """
-
-    init: Callable[..., NIWState]
-    refit: Callable[[NIWState, torch.Tensor, torch.Tensor, torch.Generator], NIWState]
-
-
-def make_niw_estimator(
-    num_slots: int = NUM_SLOTS,
-    num_batches: int = NUM_BATCHES,
-    quantile: float = QUANTILE,
-    lam: float = LAM,
-    kind: str = "niw_quantile",
-    sampler: str = "fast",
-) -> Estimator:
-    """Bind the settings of an NIW estimator.
-
-    Args:
-      num_slots: expected slot count ``S``; ``refit`` raises ValueError on other lengths.
-      num_batches: synthetic batches ``M`` (``kind="niw_quantile"``).
-      quantile: in ``[0, 1]`` (``kind="niw_quantile"``).
-      lam: forgetting factor in ``(0, 1]``.
-      kind: ``"niw_quantile"`` (:func:`refit`) or ``"posterior_mean"``
-        (:func:`refit_posterior_mean`).
-      sampler: one of ``SAMPLERS``.
-
-    Returns:
-      :class:`Estimator`.
-
-    Raises:
-      ValueError: on any bad setting (checked here).
-    """
-    _check_sampling(num_slots, num_batches, quantile, sampler)
-    niw.check_lam(lam)
-    niw.check_choice("kind", kind, niw.KINDS)
-
-    def _refit(state, slot_rewards, slot_times, generator):
-        shape = tuple(_as_tensor(slot_rewards).shape)
-        if shape != (num_slots,):
-            raise ValueError(f"expected slot arrays of shape ({num_slots},), got {shape}")
-        if kind == "posterior_mean":
-            return refit_posterior_mean(state, slot_rewards, slot_times, generator, lam)
-        return refit(
-            state, slot_rewards, slot_times, generator, num_batches, quantile, lam, sampler
-        )
-
-    return Estimator(init=init_state, refit=_refit)

@@ -436,3 +436,22 @@ def test_backends_agree():
     sd = reps.std(ddof=1)
     assert abs(pj["rho_hat"] - pt["rho_hat"]) < 5 * np.sqrt(2) * sd + 1e-12
     np.testing.assert_allclose(jx.posterior_mean_rate(sj), th.posterior_mean_rate(st), **TOL)
+
+
+def test_shared_algebra_is_backend_free_and_both_backends_use_it():
+    """rpg_core.niw imports neither jax nor torch (DESIGN.md section 1), and both backends take
+    their constants, state type and checks from it (one algebra, issue 8 item 2)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rpg_core.niw; print(sorted(m for m in ('jax', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    niw = importlib.import_module("rpg_core.niw")
+    for name in BACKENDS:
+        mod = make_backend(name).mod
+        assert mod.NIWState is niw.NIWState and mod.Estimator is niw.Estimator
+        assert set(niw.BACKEND_API) <= set(mod.__all__)
+        assert (mod.KAPPA0, mod.NU0, mod.PSI0_SCALE, mod.LAM) == (KAPPA0, NU0, PSI0_SCALE, LAM)

@@ -26,6 +26,11 @@ for hash functions", 2018: xor-shift-multiply, bijective on 32-bit words, bias ~
 an ideal permutation's avalanche). This counter-based stream costs a few integer operations per
 word, against ~60 ns per word for threefry on this CPU. Tests check the draws against
 ``scipy.stats.t`` / ``numpyro`` by distribution (Kolmogorov-Smirnov), not by seed.
+
+Fused draw-and-reduce. Every step above is elementwise on an iota (:func:`standard_grid`), so
+:func:`batch_rates` -- the estimator's batch statistic ``mean y0 / mean exp(y1)`` of a
+``(batches, slots)`` grid of ``y = loc + L t`` -- compiles to one XLA loop fusion that never stores
+the draws (issue 12 item 4: ~3x fewer ns per draw than drawing ``(c, S, 2)`` and reducing).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from rpg_core import niw
 from rpg_core.niw import KAPPA0, LAM, MU0, NU0, NUM_BATCHES, NUM_SLOTS, PSI0_SCALE, QUANTILE, D
 from rpg_jax import polar_t, student_t
 
-__all__ = [*niw.BACKEND_API, "CHUNK_BATCHES"]
+__all__ = [*niw.BACKEND_API, "CHUNK_BATCHES", "BATCH_SIZES"]
 
 SAMPLERS = ("polar", "fast", "numpyro")
 Estimator = niw.Estimator
@@ -45,6 +45,7 @@ NIWState = niw.NIWState
 # stored); the scan keeps the per-step working set small under a wide vmap over seeds. The law
 # of the estimate does not depend on it (benchmarks/estimator_sampler.py --chunk to tune).
 CHUNK_BATCHES = 25
+BATCH_SIZES = ("slots", "usable")  # refit's synthetic batch size: all S slots / the usable ones
 
 
 def init_state(dtype=jnp.float32) -> NIWState:
@@ -174,12 +175,18 @@ def _chunk_draws(state: NIWState, key: jax.Array, shape: tuple[int, int], sample
     return dist.MultivariateStudentT(df, loc, scale_tril).sample(key, shape)
 
 
-def _chunk_rates(state: NIWState, key: jax.Array, shape: tuple[int, int], sampler: str):
-    """Batch rates ``(c,)`` of one chunk; ``"polar"`` fuses draw and reduce (nothing stored)."""
+def _chunk_rates(state: NIWState, key: jax.Array, shape: tuple[int, int], sampler: str, n):
+    """Batch rates ``(c,)`` of one chunk (batches of the first ``n`` slots, all when None);
+    ``"polar"`` fuses draw and reduce (nothing stored)."""
     if sampler == "polar":
         df, loc, _, scale_tril = predictive_params(state)
-        return polar_t.batch_rates(key, df, loc, scale_tril, *shape)
-    return niw.batch_rates(jnp, _chunk_draws(state, key, shape, sampler))
+        return polar_t.batch_rates(key, df, loc, scale_tril, *shape, batch_slots=n)
+    draws = _chunk_draws(state, key, shape, sampler)
+    if n is None:
+        return niw.batch_rates(jnp, draws)
+    use = jnp.arange(shape[1]) < n
+    r_sum = jnp.sum(jnp.where(use, draws[..., 0], 0.0), -1)
+    return r_sum / jnp.sum(jnp.where(use, jnp.exp(draws[..., 1]), 0.0), -1)
 
 
 def predictive_draws(
@@ -249,6 +256,7 @@ def estimate(
     sampler: str = "polar",
     *,
     chunk_batches: int = CHUNK_BATCHES,
+    batch_slots: jax.Array | None = None,
 ) -> jax.Array:
     """Reward-rate estimate from the posterior predictive (quantile of synthetic batch rates).
 
@@ -265,6 +273,10 @@ def estimate(
       quantile: in ``[0, 1]``.
       sampler: ``"polar"``, ``"fast"`` or ``"numpyro"`` (see :func:`predictive_draws`).
       chunk_batches: speed knob, see :func:`predictive_draws` (static).
+      batch_slots: None (synthetic batches of ``num_slots``) or an int ``n`` in
+        ``1..num_slots`` (shape ``()``, may be traced): batches of ``n`` slot vectors, the first
+        ``n`` of each batch of :func:`predictive_draws` (DESIGN.md section 5: the batch size is
+        the number of non-empty slots).
 
     Returns:
       ``rho_hat``, shape ``()``, state dtype, >= 0.
@@ -279,7 +291,7 @@ def estimate(
     k, c = _chunking(num_batches, chunk_batches)
 
     def chunk(_, kc):  # the rates of predictive_draws' chunk kc (polar: draws never stored)
-        return None, _chunk_rates(state, kc, (c, num_slots), sampler)
+        return None, _chunk_rates(state, kc, (c, num_slots), sampler, batch_slots)
 
     def fit(_):
         _, rates = jax.lax.scan(chunk, None, jax.random.split(key, k))
@@ -300,6 +312,7 @@ def refit(
     sampler: str = "polar",
     *,
     chunk_batches: int = CHUNK_BATCHES,
+    batch: str = "slots",
 ) -> NIWState:
     """:func:`update` then :func:`estimate` (with ``num_slots = S``), stored in ``rho_hat``.
 
@@ -308,6 +321,8 @@ def refit(
       slot_rewards, slot_times: slot accumulators, shape ``(S,)``.
       key: a ``jax.random`` key.
       num_batches, quantile, lam, sampler, chunk_batches: as in :func:`update` / :func:`estimate`.
+      batch: synthetic batch size, ``"slots"`` (``S``, DESIGN.md section 4) or ``"usable"``
+        (the number of usable slots, the reference bandit agents' rule, DESIGN.md section 5).
 
     Returns:
       The new state; ``rho_hat`` unchanged when fewer than 2 slots are usable.
@@ -315,10 +330,21 @@ def refit(
     Raises:
       ValueError: as :func:`update` and :func:`estimate`.
     """
+    niw.check_choice("batch", batch, BATCH_SIZES)
     state = update(state, slot_rewards, slot_times, lam)
     num_slots = int(jnp.shape(slot_rewards)[0])
+    n = None
+    if batch == "usable":
+        n = jnp.sum(slot_vectors(slot_rewards, slot_times, state.mu.dtype)[1].astype(jnp.int32))
     rho_hat = estimate(
-        state, key, num_slots, num_batches, quantile, sampler, chunk_batches=chunk_batches
+        state,
+        key,
+        num_slots,
+        num_batches,
+        quantile,
+        sampler,
+        chunk_batches=chunk_batches,
+        batch_slots=n,
     )
     return state._replace(rho_hat=rho_hat)
 
@@ -363,6 +389,7 @@ def make_niw_estimator(
     kind: str = "niw_quantile",
     sampler: str = "polar",
     chunk_batches: int = CHUNK_BATCHES,
+    batch: str = "slots",
 ) -> Estimator:
     """Bind the settings of an NIW estimator (:func:`rpg_core.niw.bind_estimator`).
 
@@ -373,6 +400,7 @@ def make_niw_estimator(
       lam: forgetting factor in ``(0, 1]``.
       kind: ``"niw_quantile"`` (:func:`refit`) or ``"posterior_mean"``
         (:func:`refit_posterior_mean`).
+      batch: synthetic batch size of :func:`refit`, ``"slots"`` or ``"usable"``.
 
     Returns:
       :class:`Estimator` whose ``refit(state, slot_rewards, slot_times, key)`` is pure and
@@ -384,6 +412,7 @@ def make_niw_estimator(
     _check_sampling(num_slots, num_batches, quantile, sampler)
     niw.check_lam(lam)
     _chunking(num_batches, chunk_batches)
+    niw.check_choice("batch", batch, BATCH_SIZES)
     quantile_refit = partial(
         refit,
         num_batches=num_batches,
@@ -391,6 +420,7 @@ def make_niw_estimator(
         lam=lam,
         sampler=sampler,
         chunk_batches=chunk_batches,
+        batch=batch,
     )
     mean_refit = partial(refit_posterior_mean, lam=lam)
     return niw.bind_estimator(init_state, quantile_refit, mean_refit, num_slots, kind, jnp.shape)

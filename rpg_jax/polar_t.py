@@ -180,6 +180,7 @@ def batch_rates(
     scale_tril: jax.Array,
     num_batches: int,
     num_slots: int,
+    batch_slots: jax.Array | None = None,
 ) -> jax.Array:
     """Per-batch rate ``mean_s y0 / mean_s exp(y1)`` of ``num_batches x num_slots`` t draws.
 
@@ -194,15 +195,22 @@ def batch_rates(
       loc: location, shape ``(2,)``; scale_tril: lower Cholesky factor of the scale, ``(2, 2)``
         (dtype of the draws and of the sums: ``loc``'s).
       num_batches, num_slots: static grid shape.
+      batch_slots: None (batches of ``num_slots``) or an int ``n`` in ``1..num_slots``, shape
+        ``()``, may be traced: each batch is its first ``n`` slot vectors (a batch of ``n``).
 
     Returns:
       Shape ``(num_batches,)``, ``loc``'s dtype.
 
-    Source: the estimator's batch statistic, DESIGN.md section 4.
+    Source: the estimator's batch statistic, DESIGN.md sections 4-5.
     """
-    t0, t1 = standard_grid(key, nu, (num_batches, num_slots), loc.dtype)
+    shape = (num_batches, num_slots)
+    t0, t1 = standard_grid(key, nu, shape, loc.dtype)
     y0, y1 = affine(t0, t1, loc, scale_tril)
-    return jnp.mean(y0, axis=-1) / jnp.mean(jnp.exp(y1), axis=-1)
+    if batch_slots is None:
+        return jnp.mean(y0, axis=-1) / jnp.mean(jnp.exp(y1), axis=-1)
+    use = jax.lax.broadcasted_iota(jnp.int32, shape, 1) < batch_slots
+    zero = jnp.zeros_like(y0)
+    return jnp.sum(jnp.where(use, y0, zero), -1) / jnp.sum(jnp.where(use, jnp.exp(y1), zero), -1)
 
 
 def bivariate_t(

@@ -1,19 +1,28 @@
 """Throughput of the JAX bandit simulation against a plain NumPy per-seed loop of the same agent.
 
-``python benchmarks/bandit_throughput.py`` measures decision.seeds per second on the same instance
-(E1, K and |X| below) in one process, for NPG-NIW and C-UCB (exact lambda_t), with the JAX
-simulator (``rpg_jax.simulate``: scan over decisions, vmap over seeds, sharded over all local
-devices) at 1,000 and 4,096 seeds, and prints each as a ratio to the NumPy loop measured in the
-same run (hyper-parameters: the tuned ones of ``paper_figures/hyper_small.json``).
-Compilation is excluded: each JAX configuration is run once to compile and then timed on a
-second call with the same shapes (the compile time is printed separately).
+``python benchmarks/bandit_throughput.py`` prints, in one run:
 
-Targets (issue 2): >= 100x the NumPy loop for NPG-NIW at 4,096 seeds.
+1. **ns per bivariate draw** of the NIW estimator's refit (``rpg_jax.estimator.estimate``, the
+   default fused "polar" path: M = 1,000 synthetic batches of S = 128 Student-t slot vectors drawn
+   and reduced to batch rates, then the 95th percentile), ``jit(vmap)`` over ``--draw-seeds``
+   seeds sharded over all local devices, float32 (the agents' dtype), steady-state posterior;
+   next to the NumPy reference's ``niw_estimate`` (one seed) and the ratio;
+2. **NPG-NIW decision.seeds/s** of ``rpg_jax.simulate`` (scan over decisions, vmap over seeds,
+   sharded over all local devices) at 1,000 and 4,096 seeds, each as a ratio to the NumPy
+   per-seed loop (``testkit.numpy_ref_npg.run_npg_numpy``, one core) measured in the same run,
+   on the same instance (E1, K and |X| below) with the tuned hyper-parameters of
+   ``paper_figures/hyper_small.json``; optionally C-UCB tuned (``--agents``).
+
+Compilation is excluded: each JAX configuration is run once to compile, then timed on a second
+call with the same shapes (the compile time is printed separately). The faithful estimator is
+kept: M = 1,000 batches of the slot count, fresh draws at every refit (DESIGN.md sections 4-5).
+
+Targets (issue 12 item 4, 2 cores): <= 5 ns per draw, NPG-NIW >= 30x the NumPy loop.
+Keep runs short on a shared machine: ``--steps 64 --numpy-steps 400``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -24,19 +33,61 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 from rpg_jax.config import setup_jax  # noqa: E402
 
 setup_jax()
 
-
+from rpg_core.cli import ArgumentParser, run_cli, usage_check  # noqa: E402
+from rpg_jax import estimator as E  # noqa: E402
 from rpg_jax.agents.registry import make_agent  # noqa: E402
 from rpg_jax.envs import make_reference_env, make_trial_params  # noqa: E402
 from rpg_jax.simulate import simulate  # noqa: E402
 from testkit.numpy_ref_cucb import run_cucb_numpy  # noqa: E402
-from testkit.numpy_ref_npg import run_npg_numpy  # noqa: E402
+from testkit.numpy_ref_npg import niw_estimate, niw_init, niw_update, run_npg_numpy  # noqa: E402
 
 HYPER_FILE = Path(__file__).resolve().parents[1] / "paper_figures" / "hyper_small.json"
+PROG = "benchmarks/bandit_throughput.py"
+
+
+def _slot_data(seeds: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """Slot accumulators of 8 samples each (reward ~ 0.6, time ~ 1.2 per sample), float32."""
+    rng = np.random.default_rng(0)
+    r = rng.normal(0.6, 0.2, (seeds, slots, 8)).clip(0).sum(-1)
+    t = np.maximum(rng.normal(1.2, 0.2, (seeds, slots, 8)), 0.5).sum(-1)
+    return r.astype(np.float32), t.astype(np.float32)
+
+
+def _draw_ns(seeds: int, slots: int, batches: int, repeats: int) -> tuple[float, float]:
+    """(JAX ns per bivariate draw, NumPy reference ns per draw) of one estimator refit."""
+    r, t = _slot_data(seeds, slots)
+    devices = jax.local_devices()
+    mesh = jax.sharding.Mesh(np.array(devices), ("seeds",))
+    spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds"))
+    warm = jax.jit(jax.vmap(lambda s, a, b: E.update(s, a, b)))
+    state = jax.vmap(lambda _: E.init_state(jnp.float32))(jnp.arange(seeds))
+    for _ in range(6):  # steady state: nu ~ 0.3 nu + S
+        state = warm(state, r, t)
+    state = jax.device_put(state, spec)
+    keys = jax.device_put(jax.random.split(jax.random.key(1), seeds), spec)
+    f = jax.jit(jax.vmap(lambda s, k: E.estimate(s, k, slots, batches)))
+    jax.block_until_ready(f(state, keys))
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(state, keys))
+        best = min(best, time.perf_counter() - t0)
+    jax_ns = best / (seeds * batches * slots) * 1e9
+    post, _ = niw_update(niw_init(), r[0].astype(np.float64), t[0].astype(np.float64))
+    rng = np.random.default_rng(0)
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        niw_estimate(post, rng, slots, batches)
+        best = min(best, time.perf_counter() - t0)
+    return jax_ns, best / (batches * slots) * 1e9
 
 
 def _numpy_rate(name: str, env, steps: int, hyper: dict) -> float:
@@ -61,35 +112,56 @@ def _jax_rate(name: str, env_name: str, k: int, c: int, seeds: int, steps: int, 
     return seeds * steps / timed, first - timed
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+def _main(argv: list[str] | None) -> int:
+    ap = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="E1")
     ap.add_argument("--arms", type=int, default=10)
     ap.add_argument("--contexts", type=int, default=4)
-    ap.add_argument("--seeds", default="1000,4096")
-    ap.add_argument("--npg-steps", type=int, default=64, help="JAX decisions per seed (NPG)")
+    ap.add_argument("--seeds", default="1000,4096", help="comma-separated seed counts")
+    ap.add_argument("--steps", type=int, default=64, help="JAX decisions per seed (NPG-NIW)")
     ap.add_argument("--cucb-steps", type=int, default=256, help="JAX decisions per seed (C-UCB)")
     ap.add_argument("--numpy-steps", type=int, default=800, help="NumPy decisions (one seed)")
-    ap.add_argument("--agents", default="npg-niw,cucb-tuned", help="subset of npg-niw,cucb-tuned")
+    ap.add_argument("--agents", default="npg-niw", help="subset of npg-niw,cucb-tuned")
+    ap.add_argument("--draw-seeds", type=int, default=1000, help="seeds of the draw benchmark")
+    ap.add_argument("--repeats", type=int, default=3, help="timed repeats of the draw benchmark")
     args = ap.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    env = make_reference_env(args.env, args.arms, args.contexts)
-    # The tuned settings of the figure (paper_figures/hyper_small.json).
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        usage_check(False, f"--seeds must be comma-separated positive ints, got {args.seeds!r}")
+    usage_check(min(seeds) >= 1, f"--seeds must be positive, got {args.seeds!r}")
+    for flag in ("steps", "cucb_steps", "numpy_steps", "draw_seeds", "repeats"):
+        value = getattr(args, flag)
+        usage_check(value >= 1, f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    agents = args.agents.split(",")
+    for name in agents:
+        usage_check(name in ("npg-niw", "cucb-tuned"), f"--agents: unknown agent {name!r}")
     hypers = json.loads(HYPER_FILE.read_text())["agents"]
+    devices = jax.local_devices()
     print(
-        f"instance {args.env}, K={args.arms}, |X|={args.contexts}; devices: {jax.local_devices()}"
+        f"devices: {len(devices)} x {devices[0].platform}; instance {args.env}, "
+        f"K={args.arms}, |X|={args.contexts}"
     )
+
+    jax_ns, numpy_ns = _draw_ns(args.draw_seeds, E.NUM_SLOTS, E.NUM_BATCHES, args.repeats)
+    print(
+        f"estimator refit (M={E.NUM_BATCHES}, S={E.NUM_SLOTS}, float32, "
+        f"{args.draw_seeds} seeds): {jax_ns:.2f} ns per bivariate draw (JAX, all devices); "
+        f"NumPy reference {numpy_ns:.1f} ns per draw (one core); ratio {numpy_ns / jax_ns:.1f}x",
+        flush=True,
+    )
+
+    env = make_reference_env(args.env, args.arms, args.contexts)
     print(
         f"{'agent':<12} {'seeds':>6} {'numpy dec/s':>12} {'jax dec.seeds/s':>16} "
         f"{'ratio':>8} {'compile s':>10}"
     )
-    steps_of = {"npg-niw": args.npg_steps, "cucb-tuned": args.cucb_steps}
-    for name in args.agents.split(","):
-        steps = steps_of[name]
+    steps_of = {"npg-niw": args.steps, "cucb-tuned": args.cucb_steps}
+    for name in agents:
         ref = _numpy_rate(name, env, args.numpy_steps, hypers[name])
         for s in seeds:
             rate, compile_s = _jax_rate(
-                name, args.env, args.arms, args.contexts, s, steps, hypers[name]
+                name, args.env, args.arms, args.contexts, s, steps_of[name], hypers[name]
             )
             print(
                 f"{name:<12} {s:>6} {ref:>12.1f} {rate:>16.1f} {rate / ref:>8.1f}x "
@@ -97,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point (``rpg_core.cli`` convention: usage error exit 2, other failure exit 1)."""
+    return run_cli(PROG, _main, argv)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ posterior, ``rho_hat_1 = 0``). Conjugate NIW update: Murphy, "Conjugate Bayesian
 Gaussian distribution" (2007), eqs. 250-254; predictive Student-t: same, eq. 258 (Gelman et al.,
 "Bayesian Data Analysis", 3rd ed., section 3.6).
 
+The algebra (constants, input checks, conjugate update with forgetting, predictive parameters,
+quantile, posterior-mean rate) is :mod:`rpg_core.niw`, shared with the torch backend and the
+NumPy reference; this module adds the JAX samplers and control flow (``lax.scan`` over chunks of
+synthetic batches, ``lax.cond`` on ``fitted``).
+
 Every function is pure, works on one state (use ``jax.vmap`` for many seeds), is ``jit``-able with
 the static arguments named in its docstring, and follows the dtype of the state
 (:func:`init_state`). The torch backend ``rpg_llm.estimator`` mirrors these names and semantics;
@@ -21,80 +26,26 @@ Units: rewards in reward units, times in seconds (``rpg_llm``) or abstract time 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 
+from rpg_core import niw
+from rpg_core.niw import KAPPA0, LAM, MU0, NU0, NUM_BATCHES, NUM_SLOTS, PSI0_SCALE, QUANTILE, D
 from rpg_jax import polar_t, student_t
 
-__all__ = [
-    "D",
-    "MU0",
-    "KAPPA0",
-    "NU0",
-    "PSI0_SCALE",
-    "LAM",
-    "NUM_SLOTS",
-    "NUM_BATCHES",
-    "QUANTILE",
-    "SAMPLERS",
-    "CHUNK_BATCHES",
-    "NIWState",
-    "init_state",
-    "slot_vectors",
-    "forgetting_prior",
-    "niw_posterior",
-    "update",
-    "predictive_params",
-    "predictive_draws",
-    "rate_quantile",
-    "estimate",
-    "refit",
-    "posterior_mean_rate",
-    "refit_posterior_mean",
-    "Estimator",
-    "make_niw_estimator",
-]
+__all__ = [*niw.BACKEND_API, "CHUNK_BATCHES", "BATCH_SIZES"]
 
-D = 2  # dimension of y = (slot reward sum, log slot time sum)
-MU0 = 0.0  # first prior mean (both coordinates)
-KAPPA0 = 1e-3  # first prior mean-precision count
-NU0 = 3.0  # first prior degrees of freedom
-PSI0_SCALE = 1e-3  # first prior scale matrix psi0 = PSI0_SCALE * I
-LAM = 0.3  # forgetting factor applied to the previous posterior before each refit
-NUM_SLOTS = 128  # slots in the reference (the slot count is the caller's array length)
-NUM_BATCHES = 1000  # synthetic batches M drawn per estimate
-QUANTILE = 0.95  # quantile of the per-batch rate
 SAMPLERS = ("polar", "fast", "numpyro")
-# Synthetic batches are drawn CHUNK_BATCHES at a time inside a lax.scan: under a wide vmap over
-# seeds this keeps the working set in cache (measured ~1.3-1.5x faster at 64 seeds than one
-# (M, S) draw, on a loaded 2-core CPU). The law of the estimate does not depend on it.
-CHUNK_BATCHES = 50
-
-
-class NIWState(NamedTuple):
-    """Estimator state (a pytree; stack along a leading axis for ``vmap`` over seeds).
-
-    Attributes:
-      mu: posterior mean of ``y``, shape ``(2,)``, float.
-      kappa: posterior mean-precision count, shape ``()``, float.
-      nu: posterior degrees of freedom, shape ``()``, float.
-      psi: posterior scale matrix, shape ``(2, 2)``, float, symmetric positive definite.
-      rho_hat: last estimate of the reward rate, shape ``()``, float (0 before any fit).
-      fitted: whether the LAST :func:`update` was a real refit (>= 2 usable slots), ``()`` bool.
-      num_fits: number of real refits so far, ``()`` int32 (0: the next refit uses the first
-        prior ``(MU0, KAPPA0, NU0, PSI0_SCALE I)`` itself, not its forgotten version).
-    """
-
-    mu: jax.Array
-    kappa: jax.Array
-    nu: jax.Array
-    psi: jax.Array
-    rho_hat: jax.Array
-    fitted: jax.Array
-    num_fits: jax.Array
+Estimator = niw.Estimator
+NIWState = niw.NIWState
+# Synthetic batches are drawn CHUNK_BATCHES at a time inside a lax.scan. With the default "polar"
+# sampler a chunk's draws are generated and reduced to batch rates in one XLA fusion (never
+# stored); the scan keeps the per-step working set small under a wide vmap over seeds. The law
+# of the estimate does not depend on it (benchmarks/estimator_sampler.py --chunk to tune).
+CHUNK_BATCHES = 25
+BATCH_SIZES = ("slots", "usable")  # refit's synthetic batch size: all S slots / the usable ones
 
 
 def init_state(dtype=jnp.float32) -> NIWState:
@@ -123,21 +74,6 @@ def init_state(dtype=jnp.float32) -> NIWState:
     )
 
 
-def _check_slots(slot_rewards, slot_times) -> None:
-    if jnp.ndim(slot_rewards) != 1 or jnp.shape(slot_rewards) != jnp.shape(slot_times):
-        raise ValueError(
-            "slot_rewards and slot_times must be 1-D of equal length, got shapes "
-            f"{jnp.shape(slot_rewards)} and {jnp.shape(slot_times)}"
-        )
-    if jnp.shape(slot_rewards)[0] < 1:
-        raise ValueError("need at least one slot, got 0")
-
-
-def _check_lam(lam) -> None:
-    if isinstance(lam, int | float) and not 0.0 < lam <= 1.0:
-        raise ValueError(f"lam must lie in (0, 1], got {lam}")
-
-
 def slot_vectors(slot_rewards: jax.Array, slot_times: jax.Array, dtype=None):
     """Slot vectors ``y = (reward sum, log time sum)`` and the usable-slot mask.
 
@@ -147,87 +83,42 @@ def slot_vectors(slot_rewards: jax.Array, slot_times: jax.Array, dtype=None):
       dtype: float dtype of ``y`` (default: the inputs' result float dtype).
 
     Returns:
-      ``(y, mask)``: ``y`` shape ``(S, 2)`` with unusable rows set to 0, ``mask`` shape ``(S,)``
-      bool, True where the slot is usable (reward and time finite, time > 0).
+      ``(y, mask)``: ``y`` ``(S, 2)`` with unusable rows 0, ``mask`` ``(S,)`` bool (reward and
+      time finite, time > 0); algebra :func:`rpg_core.niw.slot_vectors`.
 
     Raises:
       ValueError: on shape mismatch or zero slots.
     """
-    _check_slots(slot_rewards, slot_times)
+    niw.check_slot_shapes(jnp.shape(slot_rewards), jnp.shape(slot_times))
     if dtype is None:
         dtype = jnp.result_type(slot_rewards, slot_times, jnp.zeros(()).dtype)
-    r = jnp.asarray(slot_rewards, dtype)
-    t = jnp.asarray(slot_times, dtype)
-    mask = jnp.isfinite(r) & jnp.isfinite(t) & (t > 0)
-    y = jnp.stack([jnp.where(mask, r, 0.0), jnp.log(jnp.where(mask, t, 1.0))], axis=-1)
-    return y, mask
+    return niw.slot_vectors(jnp, jnp.asarray(slot_rewards, dtype), jnp.asarray(slot_times, dtype))
 
 
 def forgetting_prior(state: NIWState, lam=LAM):
-    """The prior used by the next refit: ``(mu, lam kappa, max(lam nu, D + 2), lam psi)``.
+    """The prior of the next refit, ``(mu, lam kappa, max(lam nu, D + 2), lam psi)`` (or the
+    first prior before any real refit): :func:`rpg_core.niw.forgetting_prior` in ``jax.numpy``.
 
-    Before the first real refit (``state.num_fits == 0``) it is the first prior itself
-    (``MU0, KAPPA0, NU0, PSI0_SCALE I``, i.e. the state's posterior fields unchanged).
-
-    Args:
-      state: current :class:`NIWState`.
-      lam: forgetting factor in ``(0, 1]`` (scalar; may be traced).
-
-    Returns:
-      ``(mu0, kappa0, nu0, psi0)`` with shapes ``(2,), (), (), (2, 2)``.
-
-    Raises:
-      ValueError: if ``lam`` is a Python number outside ``(0, 1]``.
-
-    Source: DESIGN.md section 4 (reference forgetting rule).
+    Args: ``state`` (:class:`NIWState`), ``lam`` in ``(0, 1]`` (may be traced).
+    Returns: ``(mu0, kappa0, nu0, psi0)``, shapes ``(2,), (), (), (2, 2)``.
+    Raises: ValueError if ``lam`` is concrete and outside ``(0, 1]`` or NaN.
     """
-    _check_lam(lam)
-    first = state.num_fits == 0
-    lam = jnp.asarray(lam, state.kappa.dtype)
-    kappa0 = jnp.where(first, state.kappa, lam * state.kappa)
-    nu0 = jnp.where(first, state.nu, jnp.maximum(lam * state.nu, D + 2.0))
-    psi0 = jnp.where(first, state.psi, lam * state.psi)
-    return state.mu, kappa0, nu0, psi0
+    return niw.forgetting_prior(jnp, state, jnp.asarray(lam, state.kappa.dtype))
 
 
 def niw_posterior(mu0, kappa0, nu0, psi0, y: jax.Array, mask: jax.Array):
-    """Conjugate NIW update of the prior ``(mu0, kappa0, nu0, psi0)`` on the masked rows of ``y``.
-
-    With ``n`` usable rows, mean ``ybar`` and centred scatter ``C = sum (y - ybar)(y - ybar)^T``:
-    ``kappa_n = kappa0 + n``, ``nu_n = nu0 + n``, ``mu_n = (kappa0 mu0 + n ybar) / kappa_n``,
-    ``psi_n = psi0 + C + kappa0 n / kappa_n (ybar - mu0)(ybar - mu0)^T``.
-
-    Args:
-      mu0, kappa0, nu0, psi0: prior, shapes ``(d,), (), (), (d, d)``.
-      y: observations, shape ``(S, d)``; rows where ``mask`` is False are ignored (must be finite).
-      mask: usable rows, shape ``(S,)`` bool.
-
-    Returns:
-      ``(mu_n, kappa_n, nu_n, psi_n)`` in ``y``'s dtype (prior unchanged when ``n = 0``).
-
-    Source: Murphy (2007), "Conjugate Bayesian analysis of the Gaussian distribution", eqs. 250-254.
+    """Conjugate NIW update on the masked rows of ``y`` ``(S, d)`` (Murphy 2007, eqs. 250-254):
+    :func:`rpg_core.niw.niw_posterior` in ``jax.numpy``; returns ``(mu_n, kappa_n, nu_n, psi_n)``.
     """
-    w = mask.astype(y.dtype)
-    n = jnp.sum(w)
-    ybar = jnp.sum(w[:, None] * y, axis=0) / jnp.maximum(n, 1.0)
-    dev = w[:, None] * (y - ybar)
-    scatter = dev.T @ dev
-    kappa_n = kappa0 + n
-    mu_n = (kappa0 * mu0 + n * ybar) / kappa_n
-    shift = ybar - mu0
-    psi_n = psi0 + scatter + (kappa0 * n / kappa_n) * jnp.outer(shift, shift)
-    return mu_n, kappa_n, nu0 + n, psi_n
+    return niw.niw_posterior(jnp, mu0, kappa0, nu0, psi0, y, mask)
 
 
 def update(state: NIWState, slot_rewards: jax.Array, slot_times: jax.Array, lam=LAM) -> NIWState:
     """Refit the NIW posterior from the slot accumulators, with forgetting.
 
-    Usable slot: reward and time finite, time > 0. With fewer than 2 usable slots the state is
-    returned unchanged except ``fitted = False`` (posterior and ``rho_hat`` kept). Otherwise the
-    prior is :func:`forgetting_prior` and the conjugate update :func:`niw_posterior` runs on the
-    usable slot vectors ``(reward sum, log time sum)``; ``fitted = True``, ``num_fits += 1``,
-    ``rho_hat`` unchanged (set it with :func:`estimate` / :func:`refit`). Masking keeps shapes
-    static: ``jit``/``vmap`` friendly.
+    :func:`rpg_core.niw.update` on :func:`slot_vectors`: with fewer than 2 usable slots the
+    state is kept except ``fitted = False``; otherwise ``fitted = True``, ``num_fits += 1``,
+    ``rho_hat`` unchanged. Masking keeps shapes static: ``jit``/``vmap`` friendly.
 
     Args:
       state: current :class:`NIWState`.
@@ -239,59 +130,29 @@ def update(state: NIWState, slot_rewards: jax.Array, slot_times: jax.Array, lam=
       The new :class:`NIWState`.
 
     Raises:
-      ValueError: on mismatched / non-1-D slot arrays, zero slots, or ``lam`` outside ``(0, 1]``.
+      ValueError: on mismatched / non-1-D slot arrays, zero slots, or ``lam`` outside ``(0, 1]``
+        (or NaN).
 
     Source: DESIGN.md section 4; paper Algorithm 1 ("Fit f_rho on B").
     """
-    _check_lam(lam)
+    niw.check_lam(lam)
     y, mask = slot_vectors(slot_rewards, slot_times, state.mu.dtype)
-    mu, kappa, nu, psi = niw_posterior(*forgetting_prior(state, lam), y, mask)
-    ok = jnp.sum(mask) >= 2
-    keep = lambda new, old: jnp.where(ok, new, old)
-    return NIWState(
-        mu=keep(mu, state.mu),
-        kappa=keep(kappa, state.kappa),
-        nu=keep(nu, state.nu),
-        psi=keep(psi, state.psi),
-        rho_hat=state.rho_hat,
-        fitted=ok,
-        num_fits=state.num_fits + ok.astype(jnp.int32),
-    )
+    return niw.update(jnp, state, y, mask, jnp.asarray(lam, state.kappa.dtype))
 
 
 def predictive_params(state: NIWState):
-    """Posterior predictive Student-t of one slot vector: ``(df, loc, scale, scale_tril)``.
-
-    ``df = nu - D + 1``, ``loc = mu``, ``scale = psi (kappa + 1) / (kappa df)``, ``scale_tril``
-    its lower Cholesky factor (closed form for ``2 x 2``). Covariance ``scale df / (df - 2)``.
-
-    Args:
-      state: :class:`NIWState`.
-
-    Returns:
-      Shapes ``(), (2,), (2, 2), (2, 2)`` in the state's dtype.
-
-    Source: Murphy (2007), eq. 258.
+    """Posterior predictive Student-t ``(df, loc, scale, scale_tril)`` of one slot vector
+    (Murphy 2007, eq. 258): :func:`rpg_core.niw.predictive_params` in ``jax.numpy``; shapes
+    ``(), (2,), (2, 2), (2, 2)``.
     """
-    df = state.nu - D + 1.0
-    scale = state.psi * ((state.kappa + 1.0) / (state.kappa * df))
-    a, b, c = scale[0, 0], scale[1, 0], scale[1, 1]
-    l00 = jnp.sqrt(a)
-    l10 = b / l00
-    l11 = jnp.sqrt(jnp.maximum(c - l10 * l10, 0.0))
-    zero = jnp.zeros_like(a)
-    scale_tril = jnp.stack([jnp.stack([l00, zero]), jnp.stack([l10, l11])])
-    return df, state.mu, scale, scale_tril
+    return niw.predictive_params(jnp, state)
 
 
 def _check_sampling(num_slots, num_batches, quantile, sampler) -> None:
-    for name, v in (("num_slots", num_slots), ("num_batches", num_batches)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
-    if isinstance(quantile, int | float) and not 0.0 <= quantile <= 1.0:
-        raise ValueError(f"quantile must lie in [0, 1], got {quantile}")
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+    niw.check_count("num_slots", num_slots)
+    niw.check_count("num_batches", num_batches)
+    niw.check_quantile(quantile)
+    niw.check_choice("sampler", sampler, SAMPLERS)
 
 
 def _chunking(num_batches: int, chunk_batches: int) -> tuple[int, int]:
@@ -305,8 +166,8 @@ def _chunking(num_batches: int, chunk_batches: int) -> tuple[int, int]:
 def _chunk_draws(state: NIWState, key: jax.Array, shape: tuple[int, int], sampler: str):
     df, loc, _, scale_tril = predictive_params(state)
     if sampler == "polar":
-        t = polar_t.bivariate_t_standard(key, df, shape[0] * shape[1], loc.dtype)
-        return (loc + t @ scale_tril.T).reshape(*shape, D)
+        t0, t1 = polar_t.standard_grid(key, df, shape, loc.dtype)
+        return jnp.stack(polar_t.affine(t0, t1, loc, scale_tril), axis=-1)
     if sampler == "fast":
         return student_t.multivariate_t(key, df, loc, scale_tril, shape)
     import numpyro.distributions as dist
@@ -314,9 +175,18 @@ def _chunk_draws(state: NIWState, key: jax.Array, shape: tuple[int, int], sample
     return dist.MultivariateStudentT(df, loc, scale_tril).sample(key, shape)
 
 
-def _batch_rates(draws: jax.Array) -> jax.Array:
-    """Per-batch rate ``mean(r) / mean(exp(t))`` of draws ``(..., S, 2)`` -> ``(...)``."""
-    return jnp.mean(draws[..., 0], axis=-1) / jnp.mean(jnp.exp(draws[..., 1]), axis=-1)
+def _chunk_rates(state: NIWState, key: jax.Array, shape: tuple[int, int], sampler: str, n):
+    """Batch rates ``(c,)`` of one chunk (batches of the first ``n`` slots, all when None);
+    ``"polar"`` fuses draw and reduce (nothing stored)."""
+    if sampler == "polar":
+        df, loc, _, scale_tril = predictive_params(state)
+        return polar_t.batch_rates(key, df, loc, scale_tril, *shape, batch_slots=n)
+    draws = _chunk_draws(state, key, shape, sampler)
+    if n is None:
+        return niw.batch_rates(jnp, draws)
+    use = jnp.arange(shape[1]) < n
+    r_sum = jnp.sum(jnp.where(use, draws[..., 0], 0.0), -1)
+    return r_sum / jnp.sum(jnp.where(use, jnp.exp(draws[..., 1]), 0.0), -1)
 
 
 def predictive_draws(
@@ -373,11 +243,8 @@ def rate_quantile(draws: jax.Array, quantile=QUANTILE) -> jax.Array:
     Raises:
       ValueError: if ``draws`` is not ``(M, S, 2)`` or ``quantile`` is outside ``[0, 1]``.
     """
-    if jnp.ndim(draws) != 3 or jnp.shape(draws)[-1] != D:
-        raise ValueError(f"draws must have shape (M, S, {D}), got {jnp.shape(draws)}")
-    if isinstance(quantile, int | float) and not 0.0 <= quantile <= 1.0:
-        raise ValueError(f"quantile must lie in [0, 1], got {quantile}")
-    return jnp.maximum(jnp.quantile(_batch_rates(draws), quantile), 0.0)
+    niw.check_draws_shape(jnp.shape(draws))
+    return niw.rate_quantile(jnp, niw.batch_rates(jnp, draws), quantile)
 
 
 def estimate(
@@ -389,6 +256,7 @@ def estimate(
     sampler: str = "polar",
     *,
     chunk_batches: int = CHUNK_BATCHES,
+    batch_slots: jax.Array | None = None,
 ) -> jax.Array:
     """Reward-rate estimate from the posterior predictive (quantile of synthetic batch rates).
 
@@ -405,6 +273,10 @@ def estimate(
       quantile: in ``[0, 1]``.
       sampler: ``"polar"``, ``"fast"`` or ``"numpyro"`` (see :func:`predictive_draws`).
       chunk_batches: speed knob, see :func:`predictive_draws` (static).
+      batch_slots: None (synthetic batches of ``num_slots``) or an int ``n`` in
+        ``1..num_slots`` (shape ``()``, may be traced): batches of ``n`` slot vectors, the first
+        ``n`` of each batch of :func:`predictive_draws` (DESIGN.md section 5: the batch size is
+        the number of non-empty slots).
 
     Returns:
       ``rho_hat``, shape ``()``, state dtype, >= 0.
@@ -418,12 +290,12 @@ def estimate(
 
     k, c = _chunking(num_batches, chunk_batches)
 
-    def chunk(_, kc):  # same per-chunk draws as predictive_draws, only the rates are kept
-        return None, _batch_rates(_chunk_draws(state, kc, (c, num_slots), sampler))
+    def chunk(_, kc):  # the rates of predictive_draws' chunk kc (polar: draws never stored)
+        return None, _chunk_rates(state, kc, (c, num_slots), sampler, batch_slots)
 
     def fit(_):
         _, rates = jax.lax.scan(chunk, None, jax.random.split(key, k))
-        rho = jnp.maximum(jnp.quantile(rates.reshape(-1)[:num_batches], quantile), 0.0)
+        rho = niw.rate_quantile(jnp, rates.reshape(-1)[:num_batches], quantile)
         return rho.astype(state.rho_hat.dtype)
 
     return jax.lax.cond(state.fitted, fit, lambda _: state.rho_hat, None)
@@ -440,6 +312,7 @@ def refit(
     sampler: str = "polar",
     *,
     chunk_batches: int = CHUNK_BATCHES,
+    batch: str = "slots",
 ) -> NIWState:
     """:func:`update` then :func:`estimate` (with ``num_slots = S``), stored in ``rho_hat``.
 
@@ -448,6 +321,8 @@ def refit(
       slot_rewards, slot_times: slot accumulators, shape ``(S,)``.
       key: a ``jax.random`` key.
       num_batches, quantile, lam, sampler, chunk_batches: as in :func:`update` / :func:`estimate`.
+      batch: synthetic batch size, ``"slots"`` (``S``, DESIGN.md section 4) or ``"usable"``
+        (the number of usable slots, the reference bandit agents' rule, DESIGN.md section 5).
 
     Returns:
       The new state; ``rho_hat`` unchanged when fewer than 2 slots are usable.
@@ -455,35 +330,31 @@ def refit(
     Raises:
       ValueError: as :func:`update` and :func:`estimate`.
     """
+    niw.check_choice("batch", batch, BATCH_SIZES)
     state = update(state, slot_rewards, slot_times, lam)
     num_slots = int(jnp.shape(slot_rewards)[0])
+    n = None
+    if batch == "usable":
+        n = jnp.sum(slot_vectors(slot_rewards, slot_times, state.mu.dtype)[1].astype(jnp.int32))
     rho_hat = estimate(
-        state, key, num_slots, num_batches, quantile, sampler, chunk_batches=chunk_batches
+        state,
+        key,
+        num_slots,
+        num_batches,
+        quantile,
+        sampler,
+        chunk_batches=chunk_batches,
+        batch_slots=n,
     )
     return state._replace(rho_hat=rho_hat)
 
 
 def posterior_mean_rate(state: NIWState) -> jax.Array:
-    """Alternative estimator: rate of the NIW posterior means, ``max(0, E[r] / E[exp(t)])``.
-
-    ``E[r] = mu_r``; ``E[exp(t)] = exp(mu_t + Sigma_tt / 2)`` with the posterior mean covariance
-    ``Sigma = psi / (nu - D - 1)`` (lognormal mean). Returns ``state.rho_hat`` when
-    ``state.fitted`` is False (or when ``nu <= D + 1``, where the mean covariance is undefined).
-
-    Args:
-      state: :class:`NIWState`.
-
-    Returns:
-      Shape ``()``, state dtype, >= 0.
-
-    Source: DESIGN.md section 4 ("alternatives behind the same contract"); NIW moments: Murphy
-    (2007), eq. 247 (mean of the inverse-Wishart).
+    """Alternative estimator ``max(0, mu_r / exp(mu_t + Sigma_tt / 2))`` (posterior means; shape
+    ``()``, state dtype; ``rho_hat`` when not fitted): :func:`rpg_core.niw.posterior_mean_rate`
+    on ``jax.numpy``.
     """
-    denom = state.nu - D - 1.0
-    ok = state.fitted & (denom > 0)
-    sigma_tt = state.psi[1, 1] / jnp.where(denom > 0, denom, 1.0)
-    rate = state.mu[0] / jnp.exp(state.mu[1] + 0.5 * sigma_tt)
-    return jnp.where(ok, jnp.maximum(rate, 0.0), state.rho_hat)
+    return niw.posterior_mean_rate(jnp, state)
 
 
 def refit_posterior_mean(
@@ -510,19 +381,6 @@ def refit_posterior_mean(
     return state._replace(rho_hat=posterior_mean_rate(state))
 
 
-class Estimator(NamedTuple):
-    """A reward-rate estimator behind the contract, with its settings bound.
-
-    Attributes:
-      init: ``init(dtype=jnp.float32) -> NIWState``.
-      refit: ``refit(state, slot_rewards (S,), slot_times (S,), key) -> NIWState``; pure,
-        ``jit``/``vmap``-able; the estimate is ``state.rho_hat``.
-    """
-
-    init: Callable[..., NIWState]
-    refit: Callable[[NIWState, jax.Array, jax.Array, jax.Array], NIWState]
-
-
 def make_niw_estimator(
     num_slots: int = NUM_SLOTS,
     num_batches: int = NUM_BATCHES,
@@ -531,48 +389,38 @@ def make_niw_estimator(
     kind: str = "niw_quantile",
     sampler: str = "polar",
     chunk_batches: int = CHUNK_BATCHES,
+    batch: str = "slots",
 ) -> Estimator:
-    """Bind the settings of an NIW estimator.
+    """Bind the settings of an NIW estimator (:func:`rpg_core.niw.bind_estimator`).
 
     Args:
       num_slots: expected slot count ``S``; ``refit`` raises ValueError on other lengths.
-      num_batches: synthetic batches ``M`` (``kind="niw_quantile"``).
-      quantile: in ``[0, 1]`` (``kind="niw_quantile"``).
+      num_batches, quantile, sampler, chunk_batches: as in :func:`estimate`
+        (``kind="niw_quantile"``).
       lam: forgetting factor in ``(0, 1]``.
       kind: ``"niw_quantile"`` (:func:`refit`) or ``"posterior_mean"``
         (:func:`refit_posterior_mean`).
-      sampler: ``"polar"``, ``"fast"`` or ``"numpyro"``.
-      chunk_batches: speed knob (see :func:`predictive_draws`).
+      batch: synthetic batch size of :func:`refit`, ``"slots"`` or ``"usable"``.
 
     Returns:
-      :class:`Estimator`.
+      :class:`Estimator` whose ``refit(state, slot_rewards, slot_times, key)`` is pure and
+      ``jit``/``vmap``-able.
 
     Raises:
       ValueError: on any bad setting (checked here, before any tracing).
     """
     _check_sampling(num_slots, num_batches, quantile, sampler)
-    _check_lam(lam)
+    niw.check_lam(lam)
     _chunking(num_batches, chunk_batches)
-    if kind not in ("niw_quantile", "posterior_mean"):
-        raise ValueError(f"kind must be 'niw_quantile' or 'posterior_mean', got {kind!r}")
-
-    def _refit(state, slot_rewards, slot_times, key):
-        if jnp.shape(slot_rewards) != (num_slots,):
-            raise ValueError(
-                f"expected slot arrays of shape ({num_slots},), got {jnp.shape(slot_rewards)}"
-            )
-        if kind == "posterior_mean":
-            return refit_posterior_mean(state, slot_rewards, slot_times, key, lam)
-        return refit(
-            state,
-            slot_rewards,
-            slot_times,
-            key,
-            num_batches,
-            quantile,
-            lam,
-            sampler,
-            chunk_batches=chunk_batches,
-        )
-
-    return Estimator(init=init_state, refit=_refit)
+    niw.check_choice("batch", batch, BATCH_SIZES)
+    quantile_refit = partial(
+        refit,
+        num_batches=num_batches,
+        quantile=quantile,
+        lam=lam,
+        sampler=sampler,
+        chunk_batches=chunk_batches,
+        batch=batch,
+    )
+    mean_refit = partial(refit_posterior_mean, lam=lam)
+    return niw.bind_estimator(init_state, quantile_refit, mean_refit, num_slots, kind, jnp.shape)

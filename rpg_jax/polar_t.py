@@ -26,6 +26,11 @@ for hash functions", 2018: xor-shift-multiply, bijective on 32-bit words, bias ~
 an ideal permutation's avalanche). This counter-based stream costs a few integer operations per
 word, against ~60 ns per word for threefry on this CPU. Tests check the draws against
 ``scipy.stats.t`` / ``numpyro`` by distribution (Kolmogorov-Smirnov), not by seed.
+
+Fused draw-and-reduce. Every step above is elementwise on an iota (:func:`standard_grid`), so
+:func:`batch_rates` -- the estimator's batch statistic ``mean y0 / mean exp(y1)`` of a
+``(batches, slots)`` grid of ``y = loc + L t`` -- compiles to one XLA loop fusion that never stores
+the draws (issue 12 item 4: ~3x fewer ns per draw than drawing ``(c, S, 2)`` and reducing).
 """
 
 from __future__ import annotations
@@ -36,7 +41,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["hash_uniform", "bivariate_t_standard", "bivariate_t"]
+__all__ = [
+    "hash_uniform",
+    "standard_grid",
+    "bivariate_t_standard",
+    "affine",
+    "batch_rates",
+    "bivariate_t",
+]
 
 
 def _lowbias32(x: jax.Array) -> jax.Array:
@@ -47,13 +59,16 @@ def _lowbias32(x: jax.Array) -> jax.Array:
     return x ^ (x >> 16)
 
 
+def _hash_counter(i: jax.Array, k: jax.Array) -> jax.Array:
+    """Word ``i`` of the stream of key words ``k = (k0, k1)``: ``h(h(i xor k0) xor k1)``."""
+    return _lowbias32(_lowbias32(i ^ k[0]) ^ k[1])
+
+
 def _words(key: jax.Array, n: int) -> jax.Array:
     """``n`` pseudo-random uint32 words (``n < 2**32``) from one key."""
     if not 0 < n < 2**32:
         raise ValueError(f"n must be in 1..2**32-1, got {n}")
-    k = jax.random.bits(key, (2,), jnp.uint32)
-    i = jnp.arange(n, dtype=jnp.uint32)
-    return _lowbias32(_lowbias32(i ^ k[0]) ^ k[1])
+    return _hash_counter(jnp.arange(n, dtype=jnp.uint32), jax.random.bits(key, (2,), jnp.uint32))
 
 
 def hash_uniform(key: jax.Array, n: int, dtype=jnp.float32) -> jax.Array:
@@ -76,6 +91,61 @@ def _sincos(phi: jax.Array, degree: int) -> tuple[jax.Array, jax.Array]:
     return c, phi * s
 
 
+def _float_type(nu: jax.Array, dtype):
+    if dtype is None:
+        dtype = nu.dtype if jnp.issubdtype(nu.dtype, jnp.floating) else jnp.zeros(()).dtype
+    return jnp.dtype(dtype).type
+
+
+def standard_grid(
+    key: jax.Array, nu: jax.Array, shape: tuple[int, ...], dtype=None
+) -> tuple[jax.Array, jax.Array]:
+    """A grid of i.i.d. standard bivariate Student-t vectors, as two coordinate arrays.
+
+    Element ``j`` (row-major flat index) of a grid of ``N`` elements takes word ``j`` of the key's
+    stream for its radius and word ``N + j`` for its direction, so
+    ``bivariate_t_standard(key, nu, N)`` is this grid flattened. Everything is elementwise on an
+    iota: under ``jit`` XLA fuses it into whatever reduces the grid (nothing is stored).
+
+    Args:
+      key: ``jax.random`` key.
+      nu: scalar degrees of freedom ``> 0`` (may be traced).
+      shape: grid shape (static, ``2 prod(shape) < 2**32``).
+      dtype: float dtype (default: ``nu``'s float dtype, else the default float).
+
+    Returns:
+      ``(t0, t1)``, each of ``shape`` and ``dtype``.
+
+    Raises:
+      ValueError: if the grid is empty or has ``2**31`` elements or more.
+
+    Source: radial inverse CDF (module docstring), exact up to floating-point rounding.
+    """
+    n = math.prod(shape)
+    if not 0 < 2 * n < 2**32:
+        raise ValueError(f"the grid must hold 1..2**31-1 vectors, got shape {shape}")
+    nu = jnp.asarray(nu)
+    dtype = _float_type(nu, dtype)
+    nu = nu.astype(dtype)
+    k = jax.random.bits(key, (2,), jnp.uint32)
+    i = jnp.zeros(shape, jnp.uint32)
+    for axis, stride in enumerate(np.cumprod((1,) + tuple(shape[:0:-1]))[::-1]):
+        i = i + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride)
+    w, d = _hash_counter(i, k), _hash_counter(i + jnp.uint32(n), k)
+    v = (w.astype(dtype) + dtype(0.5)) * dtype(2.0**-32)  # (0, 1]
+    v = jnp.minimum(v, dtype(1.0))
+    rad = jnp.sqrt(nu * jnp.expm1(-(2.0 / nu) * jnp.log(v)))
+    q = d >> 30  # uniform quadrant
+    frac = ((d & jnp.uint32(0x3FFFFFFF)).astype(dtype) + dtype(0.5)) * dtype(2.0**-30)
+    phi = (frac - dtype(0.5)) * dtype(math.pi / 2)
+    degree = 9 if jnp.finfo(dtype).bits <= 32 else 19
+    c, s_ = _sincos(phi, degree)
+    # rotate (c, s) by q quarter turns
+    x = jnp.where(q == 0, c, jnp.where(q == 1, -s_, jnp.where(q == 2, -c, s_)))
+    y = jnp.where(q == 0, s_, jnp.where(q == 1, c, jnp.where(q == 2, -s_, -c)))
+    return rad * x, rad * y
+
+
 def bivariate_t_standard(key: jax.Array, nu: jax.Array, n: int, dtype=None) -> jax.Array:
     """``n`` i.i.d. standard bivariate Student-t vectors (identity scale, zero location).
 
@@ -88,28 +158,59 @@ def bivariate_t_standard(key: jax.Array, nu: jax.Array, n: int, dtype=None) -> j
     Returns:
       ``(n, 2)`` array of ``dtype``.
 
+    Raises:
+      ValueError: if ``n`` is outside ``1 .. 2**31 - 1``.
+
     Source: radial inverse CDF (module docstring), exact up to floating-point rounding.
     """
-    nu = jnp.asarray(nu)
-    if dtype is None:
-        dtype = nu.dtype if jnp.issubdtype(nu.dtype, jnp.floating) else jnp.zeros(()).dtype
-    dtype = jnp.dtype(dtype).type
-    nu = nu.astype(dtype)
-    w = _words(key, 2 * n)
-    v = (w[:n].astype(dtype) + dtype(0.5)) * dtype(2.0**-32)  # (0, 1]
-    v = jnp.minimum(v, dtype(1.0))
-    s = nu * jnp.expm1(-(2.0 / nu) * jnp.log(v))
-    rad = jnp.sqrt(s)
-    d = w[n:]
-    q = d >> 30  # uniform quadrant
-    frac = ((d & jnp.uint32(0x3FFFFFFF)).astype(dtype) + dtype(0.5)) * dtype(2.0**-30)
-    phi = (frac - dtype(0.5)) * dtype(math.pi / 2)
-    degree = 9 if jnp.finfo(dtype).bits <= 32 else 19
-    c, s_ = _sincos(phi, degree)
-    # rotate (c, s) by q quarter turns
-    x = jnp.where(q == 0, c, jnp.where(q == 1, -s_, jnp.where(q == 2, -c, s_)))
-    y = jnp.where(q == 0, s_, jnp.where(q == 1, c, jnp.where(q == 2, -s_, -c)))
-    return jnp.stack([rad * x, rad * y], axis=-1)
+    return jnp.stack(standard_grid(key, nu, (n,), dtype), axis=-1)
+
+
+def affine(t0: jax.Array, t1: jax.Array, loc: jax.Array, scale_tril: jax.Array):
+    """``y = loc + L t`` coordinatewise for a lower-triangular ``L`` (``(2,)``, ``(2, 2)``)."""
+    y0 = loc[0] + scale_tril[0, 0] * t0
+    y1 = loc[1] + (scale_tril[1, 0] * t0 + scale_tril[1, 1] * t1)
+    return y0, y1
+
+
+def batch_rates(
+    key: jax.Array,
+    nu: jax.Array,
+    loc: jax.Array,
+    scale_tril: jax.Array,
+    num_batches: int,
+    num_slots: int,
+    batch_slots: jax.Array | None = None,
+) -> jax.Array:
+    """Per-batch rate ``mean_s y0 / mean_s exp(y1)`` of ``num_batches x num_slots`` t draws.
+
+    The draws are ``y = loc + L t`` with ``t`` the :func:`standard_grid` of shape
+    ``(num_batches, num_slots)``: draw-and-reduce is one XLA fusion, the ``(num_batches,
+    num_slots, 2)`` draws are never stored. The same key gives the rates of
+    ``stack(affine(*standard_grid(key, nu, (num_batches, num_slots)), loc, scale_tril))``.
+
+    Args:
+      key: ``jax.random`` key.
+      nu: degrees of freedom, shape ``()``.
+      loc: location, shape ``(2,)``; scale_tril: lower Cholesky factor of the scale, ``(2, 2)``
+        (dtype of the draws and of the sums: ``loc``'s).
+      num_batches, num_slots: static grid shape.
+      batch_slots: None (batches of ``num_slots``) or an int ``n`` in ``1..num_slots``, shape
+        ``()``, may be traced: each batch is its first ``n`` slot vectors (a batch of ``n``).
+
+    Returns:
+      Shape ``(num_batches,)``, ``loc``'s dtype.
+
+    Source: the estimator's batch statistic, DESIGN.md sections 4-5.
+    """
+    shape = (num_batches, num_slots)
+    t0, t1 = standard_grid(key, nu, shape, loc.dtype)
+    y0, y1 = affine(t0, t1, loc, scale_tril)
+    if batch_slots is None:
+        return jnp.mean(y0, axis=-1) / jnp.mean(jnp.exp(y1), axis=-1)
+    use = jax.lax.broadcasted_iota(jnp.int32, shape, 1) < batch_slots
+    zero = jnp.zeros_like(y0)
+    return jnp.sum(jnp.where(use, y0, zero), -1) / jnp.sum(jnp.where(use, jnp.exp(y1), zero), -1)
 
 
 def bivariate_t(

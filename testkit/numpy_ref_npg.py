@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rpg_core import niw
 from rpg_jax import rates
 
 __all__ = [
@@ -37,7 +38,7 @@ __all__ = [
     "run_npg_numpy",
 ]
 
-_D = 2
+_D = niw.D
 
 
 class NIWNumpy(NamedTuple):
@@ -53,61 +54,65 @@ class NIWNumpy(NamedTuple):
 
 def niw_init() -> NIWNumpy:
     """The first prior ``mu0 = 0, kappa0 = 1e-3, nu0 = 3, psi0 = 1e-3 I`` (DESIGN.md section 4)."""
-    return NIWNumpy(np.zeros(_D), 1e-3, 3.0, 1e-3 * np.eye(_D), 0)
+    return NIWNumpy(np.full(_D, niw.MU0), niw.KAPPA0, niw.NU0, niw.PSI0_SCALE * np.eye(_D), 0)
 
 
 def niw_update(
-    niw: NIWNumpy, slot_r: np.ndarray, slot_d: np.ndarray, lam: float = 0.3
+    state: NIWNumpy, slot_r: np.ndarray, slot_d: np.ndarray, lam: float = niw.LAM
 ) -> tuple[NIWNumpy, bool]:
-    """Forgetting prior then conjugate NIW update on the usable slots (``slot_d > 0``).
+    """Forgetting prior then conjugate NIW update on the usable slots (finite, ``slot_d > 0``).
+
+    The algebra is :mod:`rpg_core.niw` with ``xp = numpy`` (the one both estimator backends
+    use); the loop's control flow (skip the refit with < 2 usable slots) is Python here.
 
     Args:
-      niw: current posterior.
+      state: current posterior.
       slot_r, slot_d: slot reward / duration sums, float ``(S,)``.
       lam: forgetting factor in ``(0, 1]``.
 
     Returns:
-      ``(posterior, updated)``; ``updated`` is False (and ``niw`` returned unchanged) when fewer
-      than 2 slots are usable.
+      ``(posterior, updated)``; ``updated`` is False (and ``state`` returned unchanged) when
+      fewer than 2 slots are usable.
+
+    Raises:
+      ValueError: on bad slot shapes or ``lam`` outside ``(0, 1]`` (or NaN).
 
     Source: Murphy (2007), "Conjugate Bayesian analysis of the Gaussian distribution", NIW
     posterior; forgetting rule of DESIGN.md section 4.
     """
-    use = np.isfinite(slot_r) & np.isfinite(slot_d) & (slot_d > 0)
-    n = int(use.sum())
-    if n < 2:
-        return niw, False
-    y = np.stack([slot_r[use], np.log(slot_d[use])], axis=1)
-    if niw.num_fits == 0:
-        k0, nu0, psi0 = niw.kappa, niw.nu, niw.psi
-    else:
-        k0, nu0, psi0 = lam * niw.kappa, max(lam * niw.nu, _D + 2.0), lam * niw.psi
-    ybar = y.mean(axis=0)
-    dev = y - ybar
-    scatter = dev.T @ dev
-    kn = k0 + n
-    mun = (k0 * niw.mu + n * ybar) / kn
-    dm = (ybar - niw.mu)[:, None]
-    psin = psi0 + scatter + (k0 * n / kn) * (dm @ dm.T)
-    return NIWNumpy(mun, kn, nu0 + n, psin, niw.num_fits + 1), True
+    niw.check_lam(lam)
+    niw.check_slot_shapes(np.shape(slot_r), np.shape(slot_d))
+    y, use = niw.slot_vectors(np, np.asarray(slot_r, np.float64), np.asarray(slot_d, np.float64))
+    if int(use.sum()) < 2:
+        return state, False
+    mu, kappa, nu, psi = niw.niw_posterior(np, *niw.forgetting_prior(np, state, lam), y, use)
+    return NIWNumpy(mu, float(kappa), float(nu), psi, state.num_fits + 1), True
 
 
 def niw_estimate(
-    niw: NIWNumpy,
+    state: NIWNumpy,
     rng: np.random.Generator,
-    num_slots: int = 128,
-    num_batches: int = 1000,
-    quantile: float = 0.95,
+    num_slots: int = niw.NUM_SLOTS,
+    num_batches: int = niw.NUM_BATCHES,
+    quantile: float = niw.QUANTILE,
 ) -> float:
-    """``rho_hat`` from ``num_batches x num_slots`` posterior predictive Student-t draws (float)."""
-    df = niw.nu - _D + 1.0
-    scale = niw.psi * (niw.kappa + 1.0) / (niw.kappa * df)
-    chol = np.linalg.cholesky(scale)
+    """``rho_hat`` from ``num_batches x num_slots`` posterior predictive Student-t draws.
+
+    Draws: ``loc + L z / sqrt(w)``, ``z ~ N(0, I_2)``, ``w ~ chi2(df) / df`` (NumPy generator);
+    the predictive parameters and the quantile are :mod:`rpg_core.niw` with ``xp = numpy``.
+
+    Returns:
+      ``max(0, quantile of the batch rates)``, a float.
+
+    Raises:
+      ValueError: on ``quantile`` outside ``[0, 1]`` (or NaN).
+    """
+    niw.check_quantile(quantile)
+    df, loc, _, chol = niw.predictive_params(np, state)
     z = rng.standard_normal((num_batches, num_slots, _D))
     w = rng.chisquare(df, (num_batches, num_slots, 1)) / df
-    y = niw.mu + (z @ chol.T) / np.sqrt(w)
-    ratio = y[..., 0].mean(axis=1) / np.exp(y[..., 1]).mean(axis=1)
-    return max(0.0, float(np.quantile(ratio, quantile)))
+    y = loc + (z @ chol.T) / np.sqrt(w)
+    return float(niw.rate_quantile(np, niw.batch_rates(np, y), quantile))
 
 
 def sample_env_numpy(params: Any, x: int, a: int, rng: np.random.Generator) -> tuple[float, float]:

@@ -99,6 +99,15 @@ class JaxBackend(Backend):
     def params(self, state):
         return {f: np.asarray(getattr(state, f)) for f in state._fields}
 
+    def array(self, x):
+        return self.jnp.asarray(x, self.jnp.float64)
+
+    def eager_update(self, state, r, t, lam):
+        return self.mod.update(state, self.array(r), self.array(t), lam)
+
+    def eager_estimate(self, state, seed, num_slots, quantile):
+        return self.mod.estimate(state, self.jax.random.key(seed), num_slots, 50, quantile)
+
 
 class TorchBackend(Backend):
     name = "torch"
@@ -135,6 +144,15 @@ class TorchBackend(Backend):
 
     def params(self, state):
         return {f: np.asarray(getattr(state, f).detach().cpu().numpy()) for f in state._fields}
+
+    def array(self, x):
+        return self._t(x)
+
+    def eager_update(self, state, r, t, lam):
+        return self.update(state, r, t, lam)
+
+    def eager_estimate(self, state, seed, num_slots, quantile):
+        return self.mod.estimate(state, self._gen(seed), num_slots, 50, quantile)
 
 
 def make_backend(name: str) -> Backend:
@@ -351,6 +369,49 @@ def test_posterior_mean_rate_closed_form(backend):
     np.testing.assert_allclose(backend.posterior_mean_rate(state), ref.posterior_mean_rate(), **TOL)
 
 
+_NAN_FORMS = ("python float", "backend 0-d array", "numpy 1-d array")
+
+
+def _bad_value(backend, form, value):
+    if form == "python float":
+        return float(value)
+    if form == "backend 0-d array":
+        return backend.array(value)
+    return np.array([0.5, value])
+
+
+@pytest.mark.parametrize("form", _NAN_FORMS)
+@pytest.mark.parametrize("value", [np.nan, 1.5])
+def test_lam_and_quantile_checks_reject_nan_and_out_of_range_naming_the_value(backend, form, value):
+    """Issue 12 item 6: NaN (also inside an array) and out-of-range lam / quantile raise a
+    ValueError naming the value, before any work (eager calls, so the values are concrete)."""
+    r, t = slot_data(7, num_slots=8)
+    state = backend.update(backend.init(), r, t)
+    bad = _bad_value(backend, form, value)
+    shown = r"\[?nan" if np.isnan(value) else r"\[?1\.5"
+    with pytest.raises(ValueError, match=r"lam must lie in \(0, 1\], got " + shown):
+        backend.eager_update(state, r, t, bad)
+    with pytest.raises(ValueError, match=r"quantile must lie in \[0, 1\], got " + shown):
+        backend.eager_estimate(state, 0, 8, bad)
+    with pytest.raises(ValueError, match="lam must lie in"):
+        backend.mod.make_niw_estimator(num_slots=8, lam=bad)
+    with pytest.raises(ValueError, match="quantile must lie in"):
+        backend.mod.make_niw_estimator(num_slots=8, quantile=bad)
+
+
+def test_valid_array_lam_and_quantile_are_accepted_and_used(backend):
+    """The checks do not reject good arrays: a 0-d backend array gives what the number gives."""
+    r, t = slot_data(8, num_slots=16)
+    state = backend.update(backend.init(), r, t)
+    for lam in (0.5, 1.0):
+        a = backend.params(backend.eager_update(state, r, t, lam))
+        b = backend.params(backend.eager_update(state, r, t, backend.array(lam)))
+        for f in ("mu", "kappa", "nu", "psi"):
+            np.testing.assert_allclose(a[f], b[f], **TOL)
+    got = float(backend.eager_estimate(state, 3, 16, backend.array(0.5)))
+    assert got == float(backend.eager_estimate(state, 3, 16, 0.5))
+
+
 # ----------------------------------------------------------------------------- parity
 
 
@@ -375,3 +436,22 @@ def test_backends_agree():
     sd = reps.std(ddof=1)
     assert abs(pj["rho_hat"] - pt["rho_hat"]) < 5 * np.sqrt(2) * sd + 1e-12
     np.testing.assert_allclose(jx.posterior_mean_rate(sj), th.posterior_mean_rate(st), **TOL)
+
+
+def test_shared_algebra_is_backend_free_and_both_backends_use_it():
+    """rpg_core.niw imports neither jax nor torch (DESIGN.md section 1), and both backends take
+    their constants, state type and checks from it (one algebra, issue 8 item 2)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rpg_core.niw; print(sorted(m for m in ('jax', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    niw = importlib.import_module("rpg_core.niw")
+    for name in BACKENDS:
+        mod = make_backend(name).mod
+        assert mod.NIWState is niw.NIWState and mod.Estimator is niw.Estimator
+        assert set(niw.BACKEND_API) <= set(mod.__all__)
+        assert (mod.KAPPA0, mod.NU0, mod.PSI0_SCALE, mod.LAM) == (KAPPA0, NU0, PSI0_SCALE, LAM)

@@ -270,6 +270,34 @@ def test_estimate_is_numpy_quantile_of_its_draws(sampler):
 
 
 @pytest.mark.parametrize("sampler", ["polar", "fast"])
+def test_batch_slots_takes_the_first_n_slots_of_each_batch(sampler):
+    """batch_slots = n (traced): the quantile of the rates of the first n slots of each batch of
+    predictive_draws (same key), i.e. synthetic batches of n slot vectors (DESIGN.md section 5)."""
+    state = fitted_state(seed=21, num_slots=64)
+    key = jax.random.key(13)
+    y = np.asarray(draws_jit(state, key, num_slots=64, num_batches=120, sampler=sampler))
+    f = jax.jit(lambda n: E.estimate(state, key, 64, 120, 0.9, sampler, batch_slots=n))
+    for n in (2, 17, 64):
+        ratio = y[:, :n, 0].mean(-1) / np.exp(y[:, :n, 1]).mean(-1)
+        np.testing.assert_allclose(float(f(n)), max(0.0, np.quantile(ratio, 0.9)), rtol=1e-12)
+
+
+def test_refit_usable_batch_is_the_usable_slot_count():
+    """refit(batch="usable") with 40 of 64 slots non-empty = estimate with batch_slots=40."""
+    r, t = slot_data(22, num_slots=64)
+    r[40:], t[40:] = 0.0, 0.0
+    key, init = jax.random.key(5), E.init_state(jnp.float64)
+    usable = jax.jit(lambda: E.refit(init, r, t, key, 200, batch="usable"))()
+    fitted = E.update(init, r, t)
+    want = E.estimate(fitted, key, 64, 200, batch_slots=40)
+    np.testing.assert_allclose(float(usable.rho_hat), float(want), rtol=1e-12)
+    every = E.refit(init, r, t, key, 200, batch="slots")
+    assert float(every.rho_hat) != float(usable.rho_hat)  # the option changes the batches
+    with pytest.raises(ValueError, match="batch must be one of"):
+        E.make_niw_estimator(batch="all")
+
+
+@pytest.mark.parametrize("sampler", ["polar", "fast"])
 def test_fast_and_numpyro_estimates_agree_within_mc_error(sampler):
     """Spread of 8 estimates each; the two means differ by < 5 standard errors."""
     state = fitted_state(seed=30, num_slots=64, corr=-0.8)

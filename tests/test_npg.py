@@ -297,11 +297,12 @@ def _e1_params():
 
 def _simulate_npg(params, seeds, n_steps, lr, age_bound, num_batches):
     """NPG-NIW with the real NIW estimator through the lead's simulator (agent.update path)."""
-    est = pytest.importorskip("rpg_jax.estimator")
+    from rpg_jax.agents.npg import reference_niw_estimator
+
     sim = pytest.importorskip("rpg_jax.simulate")
     C, A = params.rbar.shape
     agent = make_pg_agent(
-        C, A, natural=True, estimator=est.make_niw_estimator(128, num_batches=num_batches)
+        C, A, natural=True, estimator=reference_niw_estimator(128, num_batches=num_batches)
     )
     stacked = jax.tree.map(lambda v: np.stack([np.asarray(v)] * len(seeds)), params)
     return sim.simulate(agent, _hyper(lr, age_bound), stacked, seeds, n_steps)
@@ -384,8 +385,10 @@ def test_numpy_reference_oracle_like_npg_learns():
     from testkit.numpy_ref_npg import run_npg_numpy
 
     params = _e1_params()
+    legacy = run_npg_numpy(params, 1200, 1.0, 500, 0, num_batches=50, feeding="legacy")
+    assert legacy["num_refits"] == 1200 // 8
     out = run_npg_numpy(params, 1200, 1.0, 500, 0, num_batches=50)
-    assert out["num_refits"] == 1200 // 8
+    assert 0 < out["num_refits"] < 1200 // 8  # reference: only due decisions with a fed sample
     assert 0 <= out["pseudo_regret"] < 0.5 * _uniform_pseudo_regret(params, 1200)
     assert 0.3 * float(params.rho_star) < out["rho_hat"] < 2.0 * float(params.rho_star)
 
@@ -395,6 +398,8 @@ def test_numpy_reference_rejects_bad_input():
 
     with pytest.raises(ValueError, match="n_steps"):
         run_npg_numpy(_e1_params(), 0, 1.0, 60, 0)
+    with pytest.raises(ValueError, match="feeding"):
+        run_npg_numpy(_e1_params(), 10, 1.0, 60, 0, feeding="gage")
 
 
 # ---------------------------------------------------------------- reference feeding, exactly

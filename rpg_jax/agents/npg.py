@@ -503,4 +503,4 @@ def make_pg_agent(
         state = jax.lax.cond(fns.refit_due(state), fns.refit_rho, lambda s, k: s, state, key)
         return fns.update_theta(state, hyper, x)
 
-    return Agent(init, act, update)
+    return Agent(init, act, update, n_contexts=n_contexts, n_actions=n_actions)

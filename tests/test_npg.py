@@ -571,3 +571,55 @@ def test_reference_feeding_state_counts_from_one():
 def test_unknown_feeding_raises():
     with pytest.raises(ValueError, match="feeding"):
         make_pg_agent(2, 3, natural=True, feeding="gage", estimator=oracle_estimator(0.1))
+
+
+# ---------------------------------------------------------------- robustness (issue 12 item 6)
+
+
+@pytest.mark.parametrize("natural", [True, False])
+def test_pg_theta_step_all_minus_inf_row(natural):
+    from rpg_jax.agents.npg import pg_theta_step
+
+    q = jnp.asarray([0.3, -0.2, 0.1], F64)
+    dead = jnp.full((3,), -jnp.inf, F64)
+    out = pg_theta_step(dead, q, jnp.asarray(0.5, F64), natural)
+    assert not np.any(np.isnan(np.asarray(out)))
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(dead))
+    # a partly -inf row keeps its -inf entries and steps the others as the closed form says
+    part = jnp.asarray([0.2, -jnp.inf, -0.4], F64)
+    got = np.asarray(pg_theta_step(part, q, jnp.asarray(0.5, F64), natural))
+    pi = _softmax(np.array([0.2, -0.4]))
+    qq = np.array([0.3, 0.1])
+    adv = qq - pi @ qq
+    expect = np.array([0.2, -0.4]) + 0.5 * (adv if natural else pi * adv)
+    assert got[1] == -np.inf
+    np.testing.assert_allclose(got[[0, 2]], expect, rtol=1e-14)
+
+
+def test_make_agent_checks_hyper_parameters_in_their_dtype():
+    from rpg_jax.agents.registry import make_agent
+
+    with pytest.raises(ValueError, match="lr must be finite and > 0 in float32"):
+        make_agent("npg-niw", 4, 6, {"lr": 1e39, "age_bound": 60})
+    with pytest.raises(ValueError, match="lr must be finite and > 0 in float32"):
+        make_agent("spg-niw", 4, 6, {"lr": 1e-50, "age_bound": 60})
+    with pytest.raises(ValueError, match="c1 must be finite and > 0 in float32"):
+        make_agent("cucb-tuned", 4, 6, {"c1": 1e39, "c2": 0.0})
+    _, hyper, used = make_agent("npg-niw", 4, 6, {"lr": 1e39, "age_bound": 60}, dtype=F64)
+    assert float(hyper.lr) == 1e39 and used["lr"] == 1e39  # representable in float64
+    _, hyper, used = make_agent("npg-niw", 4, 6, {"lr": 0.1, "age_bound": 60})
+    assert hyper.lr.dtype == jnp.float32 and used["lr"] == 0.1
+    with pytest.raises(ValueError, match="dtype"):
+        make_agent("npg-niw", 4, 6, {"lr": 0.1, "age_bound": 60}, dtype=jnp.int32)
+
+
+def test_chex_shape_asserts_catch_mismatched_state():
+    """A state of the wrong size is refused at trace time (chex), not silently clamped."""
+    agent = make_pg_agent(2, 3, natural=True, num_slots=4, estimator=oracle_estimator(0.1))
+    other = make_pg_agent(2, 5, natural=True, num_slots=4, estimator=oracle_estimator(0.1))
+    hyper = _hyper()
+    s = other.init(hyper, jax.random.key(0))
+    with pytest.raises(AssertionError):
+        agent.act(s, hyper, 0, jax.random.key(1))
+    with pytest.raises(AssertionError):
+        agent.update(s, hyper, 0, 1, 1.0, 1.0, jax.random.key(1))

@@ -3,9 +3,10 @@
 A direct, one-decision-at-a-time Python loop, deliberately written the way the authors' NumPy code
 is described (DESIGN.md sections 4, 5 and 8): at the refit decisions of the feeding rule (default
 the reference one, DESIGN.md section 5) the NIW posterior is refit from the slots and ``rho_hat``
-is re-estimated by drawing ``num_batches`` batches of bivariate Student-t slot vectors. Same semantics, step order and tie-breaking as
-``rpg_jax.agents.npg`` (see its module docstring); only the random streams differ, so the two
-agree in distribution, not sample by sample. Never used inside JAX code.
+is re-estimated by drawing ``num_batches`` batches of bivariate Student-t slot vectors. Same
+semantics, step order and tie-breaking as ``rpg_jax.agents.npg`` (see its module docstring); only
+the random streams differ, so the two agree in distribution, not sample by sample. Never used
+inside JAX code.
 
 NIW estimator (DESIGN.md section 4): ``y = (slot reward sum, log slot time sum)``, d = 2. State
 starts at ``mu0 = 0, kappa0 = 1e-3, nu0 = 3, psi0 = 1e-3 I``; the first successful refit uses

@@ -127,23 +127,61 @@ def rho_star_dinkelbach(
 
 
 def rho_star_bisection(
-    p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray, tol: float = 1e-13
+    p: np.ndarray,
+    rbar: np.ndarray,
+    dbar: np.ndarray,
+    tol: float = 1e-13,
+    max_iter: int = 10_000,
 ) -> float:
     """Optimal rate as the root of ``F`` by bisection (independent check of Dinkelbach).
 
     The root lies in ``[min rbar/dbar, max rbar/dbar]`` because rho_star is a weighted mean of
-    per-action ratios of some policy. Returns a float within ``tol`` (absolute) of rho_star.
+    per-action ratios of some policy; a ratio that overflows float64 is replaced by the largest
+    finite float (rho_star itself is a finite ratio of means). Bisection stops when the bracket
+    is narrower than ``tol * max(1, |hi|)`` or when no float lies strictly inside it (so any
+    ``tol >= 0``, even 0, terminates: at most ~2,100 halvings span the float64 range).
+
+    Args:
+      p, rbar, dbar: the instance (see :func:`check_instance`).
+      tol: relative bracket width, finite and >= 0.
+      max_iter: iteration cap (int >= 1).
+
+    Returns:
+      A float within ``tol * max(1, rho_star)`` (or one float spacing) of rho_star.
+
+    Raises:
+      ValueError: bad instance, ``tol`` NaN / infinite / negative, bad ``max_iter``, or no
+        convergence within ``max_iter`` halvings.
     """
     p, rbar, dbar = check_instance(p, rbar, dbar)
-    ratios = rbar / dbar
+    try:
+        tol_f = float(tol)
+    except (TypeError, ValueError):
+        tol_f = float("nan")
+    if not (np.isfinite(tol_f) and tol_f >= 0.0):
+        raise ValueError(f"tol must be finite and >= 0, got {tol!r}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int | np.integer) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive int, got {max_iter!r}")
+    big = np.finfo(np.float64).max
+    with np.errstate(over="ignore"):
+        ratios = np.clip(rbar / dbar, -big, big)
+    live = p > 0
+
+    def f_positive(rho: float) -> bool:
+        with np.errstate(over="ignore", invalid="ignore"):
+            best = (rbar[live] - rho * dbar[live]).max(axis=1)
+            return float(np.dot(p[live], best)) > 0.0
+
     lo, hi = float(ratios.min()), float(ratios.max())
-    while hi - lo > tol * max(1.0, abs(hi)):
-        mid = 0.5 * (lo + hi)
-        if F(mid, p, rbar, dbar) > 0.0:
+    for _ in range(int(max_iter)):
+        mid = 0.5 * lo + 0.5 * hi
+        if hi - lo <= tol_f * max(1.0, abs(hi)) or not lo < mid < hi:
+            return mid
+        if f_positive(mid):
             lo = mid
         else:
             hi = mid
-    return 0.5 * (lo + hi)
+    raise ValueError(f"bisection did not converge in max_iter={max_iter} steps (tol={tol_f})")
 
 
 def rho_star_bruteforce(

@@ -6,12 +6,18 @@ Regret bookkeeping (DESIGN.md section 2): after ``n`` decisions
 - regret ``R_n = rho_star * sum_t delta_t - sum_t r_t``,
 - pseudo-regret ``P_n = sum_t GAP(x_t, a_t)``, with ``E[R_n] = E[P_n]`` (proofs/regret_identity.md).
 
-Totals are accumulated in float64 when ``jax_enable_x64`` is on (the entry points turn it on), so
-``R_n`` at ``n = 30,000`` is exact to far better than 1e-9 relative, whatever dtype the agent uses.
+Totals (``sum r``, ``sum delta``, ``sum GAP``) are compensated sums: each is a pair ``(hi, lo)``
+updated with an error-free TwoSum and renormalised (a double-word sum), so with or without
+``jax_enable_x64`` the running error stays at the rounding of the final value, not ``n``
+roundings (float32 without x64: 5e6 x 0.0005 summed naively is 2448.70, -2 %; compensated it is
+2500.00012 = 5e6 x float32(0.0005) exactly). ``R_n`` and ``P_n`` are formed on the host in
+float64 from the pairs and the host's float64 ``rho_star``.
 
-Randomness: seed ``s`` owns the key ``jax.random.key(s)``; decision ``t`` uses
-``fold_in(key, t)`` split into (context, action, outcome, update) keys, so a seed's trajectory does
-not depend on which other seeds run beside it, on the batch size or on the sharding.
+Randomness: seed ``s`` owns the key ``jax.random.key(s, impl="threefry2x32")`` whatever
+``JAX_DEFAULT_PRNG_IMPL`` says (the ``rbg`` implementations are not invariant under ``vmap``: a
+seed's draws would depend on its lane); decision ``t`` uses ``fold_in(key, t)`` split into
+(context, action, outcome, update) keys, so a seed's trajectory does not depend on which other
+seeds run beside it, on the batch size or on the sharding.
 """
 
 from __future__ import annotations
@@ -29,11 +35,23 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from rpg_jax.agents.base import Agent
 from rpg_jax.envs import EnvParams, sample_context, sample_outcome
 
-__all__ = ["SimResult", "checkpoint_grid", "simulate", "simulate_one", "standard_error"]
+__all__ = [
+    "PRNG_IMPL",
+    "SimResult",
+    "checkpoint_grid",
+    "seed_keys",
+    "simulate",
+    "simulate_one",
+    "standard_error",
+    "two_sum_add",
+]
+
+PRNG_IMPL = "threefry2x32"
+"""PRNG implementation of every seed key (fixed; see the module docstring)."""
 
 
 class SimResult(NamedTuple):
-    """Per-seed results of :func:`simulate` (NumPy arrays, float64 where x64 is on).
+    """Per-seed results of :func:`simulate` (NumPy arrays; totals and regrets float64 always).
 
     Attributes:
       seeds: int64 ``(S,)`` the seeds, in input order.
@@ -57,9 +75,42 @@ class SimResult(NamedTuple):
 
 
 class _Totals(NamedTuple):
-    sum_r: jax.Array
-    sum_d: jax.Array
-    pseudo: jax.Array
+    """Compensated running sums: value = hi + lo (each a ``(hi, lo)`` pair of scalars)."""
+
+    sum_r: tuple[jax.Array, jax.Array]
+    sum_d: tuple[jax.Array, jax.Array]
+    pseudo: tuple[jax.Array, jax.Array]
+
+
+def two_sum_add(acc: tuple[jax.Array, jax.Array], v: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Add ``v`` to the compensated sum ``acc = (hi, lo)`` (value ``hi + lo``), error-free.
+
+    Knuth's TwoSum (The Art of Computer Programming vol. 2, 4.2.2, Theorem B): ``s = hi + v``
+    and ``e = (hi - (s - b)) + (v - b)`` with ``b = s - hi`` satisfy ``s + e = hi + v`` exactly;
+    ``e + lo`` is then folded back with Dekker's FastTwoSum so ``|lo| <= ulp(hi) / 2`` (a
+    double-word sum). The relative error of ``hi + lo`` after ``n`` additions is about
+    ``n eps^2`` instead of ``n eps`` (Ogita, Rump, Oishi 2005, "Accurate sum and dot product";
+    Dekker 1971).
+
+    Args:
+      acc: ``(hi, lo)``, float scalars of one dtype.
+      v: float scalar (cast to that dtype).
+
+    Returns:
+      The new ``(hi, lo)``.
+    """
+    hi, lo = acc
+    v = v.astype(hi.dtype)
+    s = hi + v
+    b = s - hi
+    e = (hi - (s - b)) + (v - b) + lo
+    hi = s + e  # renormalise (Dekker's FastTwoSum, |s| >= |e|): lo stays below ulp(hi)
+    return hi, e - (hi - s)
+
+
+def _total(pair) -> np.ndarray:
+    """Host float64 value of a compensated pair of arrays."""
+    return np.asarray(pair[0], np.float64) + np.asarray(pair[1], np.float64)
 
 
 def checkpoint_grid(n_steps: int, max_points: int = 100) -> np.ndarray:
@@ -76,11 +127,13 @@ def _acc_dtype():
 
 
 def _run_seed(agent: Agent, hyper: Any, params: EnvParams, key: jax.Array, n_steps: int, g: int):
-    """One seed: nested scan (G checkpoints x n/G decisions). Returns totals and curves."""
+    """One seed: nested scan (G checkpoints x n/G decisions). Returns the compensated totals at
+    the end and at every checkpoint (``_Totals`` of pairs; curves with a leading ``G`` axis)."""
     k_init, k_run = jax.random.split(key)
     state = agent.init(hyper, k_init)
     acc = _acc_dtype()
-    totals = _Totals(jnp.zeros((), acc), jnp.zeros((), acc), jnp.zeros((), acc))
+    zero = (jnp.zeros((), acc), jnp.zeros((), acc))
+    totals = _Totals(zero, zero, zero)
     per = n_steps // g
 
     def step(carry, t):
@@ -91,20 +144,18 @@ def _run_seed(agent: Agent, hyper: Any, params: EnvParams, key: jax.Array, n_ste
         r, d = sample_outcome(params, ke, x, a)
         state = agent.update(state, hyper, x, a, r, d, ku)
         tot = _Totals(
-            tot.sum_r + r.astype(acc),
-            tot.sum_d + d.astype(acc),
-            tot.pseudo + params.gap[x, a].astype(acc),
+            two_sum_add(tot.sum_r, r),
+            two_sum_add(tot.sum_d, d),
+            two_sum_add(tot.pseudo, params.gap[x, a]),
         )
         return (state, tot), None
 
     def segment(carry, i):
         carry, _ = jax.lax.scan(step, carry, i * per + jnp.arange(per))
-        tot = carry[1]
-        rho_star = params.rho_star.astype(acc)
-        return carry, (rho_star * tot.sum_d - tot.sum_r, tot.pseudo)
+        return carry, carry[1]
 
-    (state, tot), (r_curve, p_curve) = jax.lax.scan(segment, (state, totals), jnp.arange(g))
-    return tot, r_curve, p_curve
+    (state, tot), curves = jax.lax.scan(segment, (state, totals), jnp.arange(g))
+    return tot, curves
 
 
 @functools.lru_cache(maxsize=64)
@@ -118,6 +169,28 @@ def _compiled(agent: Agent, n_steps: int, g: int, per_seed_hyper: bool):
             in_axes=(0 if per_seed_hyper else None, 0, 0),
         )
     )
+
+
+def seed_keys(seeds: Sequence[int] | np.ndarray) -> jax.Array:
+    """Typed keys ``jax.random.key(s, impl=PRNG_IMPL)`` of the seeds, shape ``(S,)``.
+
+    Always threefry, whatever ``JAX_DEFAULT_PRNG_IMPL`` / ``jax_default_prng_impl`` says, so that
+    a seed's trajectory is the same in every lane of a vmapped batch.
+    """
+    return jax.vmap(lambda s: jax.random.key(s, impl=PRNG_IMPL))(jnp.asarray(seeds))
+
+
+def _check_sizes(agent: Agent, params: EnvParams) -> None:
+    """Raise ValueError if the agent was built for another (contexts, actions) than ``params``."""
+    c_env, a_env = np.shape(params.rbar)[-2:]
+    for what, built, env in (
+        ("contexts", getattr(agent, "n_contexts", None), c_env),
+        ("actions", getattr(agent, "n_actions", None), a_env),
+    ):
+        if built is not None and int(built) != int(env):
+            raise ValueError(
+                f"the agent was built for {built} {what}, the environment has {env} {what}"
+            )
 
 
 def _validate(seeds: Sequence[int], n_steps: int) -> np.ndarray:
@@ -163,8 +236,9 @@ def simulate(
       :class:`SimResult`.
 
     Raises:
-      ValueError: bad or repeated seeds, bad steps or ``max_checkpoints``, or ``params`` whose
-        leading axis is not ``S`` (before any compilation).
+      ValueError: bad or repeated seeds, bad steps or ``max_checkpoints``, ``params`` whose
+        leading axis is not ``S``, or an agent built for another number of contexts or actions
+        than the environment's (before any compilation).
     """
     seeds = _validate(seeds, n_steps)
     n_seeds = seeds.size
@@ -176,6 +250,7 @@ def simulate(
     lead = np.shape(params.p)[0] if np.ndim(params.p) == 2 else None
     if lead != n_seeds:
         raise ValueError(f"params must have a leading seed axis of length {n_seeds}, got {lead}")
+    _check_sizes(agent, params)
     grid = checkpoint_grid(n_steps, max_checkpoints)
     g = int(grid.size)
 
@@ -197,7 +272,7 @@ def simulate(
                 f"per_seed_hyper: hyper leaves need leading axis {n_seeds}, got {lens}"
             )
         hyper = _pad(hyper)
-    keys = jax.vmap(jax.random.key)(jnp.asarray(seeds_p))
+    keys = seed_keys(seeds_p)
     run = _compiled(agent, n_steps, g, per_seed_hyper)
     if n_dev > 1:
         mesh = Mesh(np.asarray(devices), ("seeds",))
@@ -206,19 +281,20 @@ def simulate(
         keys = jax.device_put(keys, spec)
         if per_seed_hyper:
             hyper = jax.device_put(hyper, spec)
-    tot, r_curve, p_curve = run(hyper, params_p, keys)
-    tot = jax.tree.map(lambda v: np.asarray(v)[:n_seeds], tot)
-    r_curve = np.asarray(r_curve)[:n_seeds]
-    p_curve = np.asarray(p_curve)[:n_seeds]
+    tot, curves = run(hyper, params_p, keys)
+    rho_star = np.asarray(params.rho_star, np.float64)[:, None]
+    sum_r, sum_d, pseudo = (_total(v)[:n_seeds] for v in tot)
+    c_r, c_d, c_p = (_total(v)[:n_seeds] for v in curves)
+    r_curve = rho_star * c_d - c_r
     return SimResult(
         seeds=seeds,
         regret=r_curve[:, -1],
-        pseudo_regret=np.asarray(tot.pseudo),
+        pseudo_regret=pseudo,
         checkpoints=grid,
         regret_curve=r_curve,
-        pseudo_regret_curve=p_curve,
-        total_reward=np.asarray(tot.sum_r),
-        total_time=np.asarray(tot.sum_d),
+        pseudo_regret_curve=c_p,
+        total_reward=sum_r,
+        total_time=sum_d,
     )
 
 

@@ -1,11 +1,12 @@
 """Plain NumPy per-seed reference loop of NPG-NIW / SPG-NIW (the baseline for benchmarks).
 
 A direct, one-decision-at-a-time Python loop, deliberately written the way the authors' NumPy code
-is described (DESIGN.md sections 4, 5 and 8): every ``refit_every`` decisions the NIW posterior is
-refit from the slots and ``rho_hat`` is re-estimated by drawing ``num_batches x num_slots``
-bivariate Student-t vectors. Same semantics, step order and tie-breaking as
-``rpg_jax.agents.npg`` (see its module docstring); only the random streams differ, so the two
-agree in distribution, not sample by sample. Never used inside JAX code.
+is described (DESIGN.md sections 4, 5 and 8): at the refit decisions of the feeding rule (default
+the reference one, DESIGN.md section 5) the NIW posterior is refit from the slots and ``rho_hat``
+is re-estimated by drawing ``num_batches`` batches of bivariate Student-t slot vectors. Same
+semantics, step order and tie-breaking as ``rpg_jax.agents.npg`` (see its module docstring); only
+the random streams differ, so the two agree in distribution, not sample by sample. Never used
+inside JAX code.
 
 NIW estimator (DESIGN.md section 4): ``y = (slot reward sum, log slot time sum)``, d = 2. State
 starts at ``mu0 = 0, kappa0 = 1e-3, nu0 = 3, psi0 = 1e-3 I``; the first successful refit uses
@@ -150,6 +151,7 @@ def run_npg_numpy(
     quantile: float = 0.95,
     lam: float = 0.3,
     sample: Callable | None = None,
+    feeding: str = "reference",
 ) -> dict:
     """Run NPG-NIW (``natural=True``) or SPG-NIW for one seed in plain NumPy.
 
@@ -163,6 +165,10 @@ def run_npg_numpy(
       natural, num_slots, refit_every, num_batches, quantile, lam: as in ``rpg_jax.agents.npg``
         and DESIGN.md section 4.
       sample: ``(x, a, rng) -> (r, delta)``; default :func:`sample_env_numpy` on ``params``.
+      feeding: ``"reference"`` (default; DESIGN.md section 5 "Estimator feeding": ``t`` from 1,
+        age reset only of the slot being written, refit only right after a fed sample at
+        ``t % refit_every == 0`` with >= 2 non-empty slots, on those ``n`` slots, batches of
+        ``n``) or ``"legacy"`` (``rpg_jax.agents.npg`` ``feeding="legacy"``).
 
     Returns:
       dict with ``regret`` (``R_n = rho_star sum delta - sum r``), ``pseudo_regret``
@@ -170,9 +176,11 @@ def run_npg_numpy(
       and ``seconds`` (wall time of the loop, and ``refit_seconds`` of it in refits).
 
     Raises:
-      ValueError: on a non-positive ``n_steps``, ``num_slots`` or ``refit_every``, or a bad
-        instance.
+      ValueError: on a non-positive ``n_steps``, ``num_slots`` or ``refit_every``, an unknown
+        ``feeding``, or a bad instance.
     """
+    if feeding not in ("reference", "legacy"):
+        raise ValueError(f"feeding must be 'reference' or 'legacy', got {feeding!r}")
     for name, v in (("n_steps", n_steps), ("num_slots", num_slots), ("refit_every", refit_every)):
         if int(v) != v or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
@@ -217,31 +225,49 @@ def run_npg_numpy(
         total_r += r
         total_d += d
         pseudo += gap[x, a]
-        # 1. greedy w.r.t. theta before the update; 2. arm statistics.
-        greedy = a == int(np.argmax(theta[x]))
+        greedy = a == int(np.argmax(theta[x]))  # theta before this decision's step
         n[x, a] += 1
         sum_r[x, a] += r
         sum_d[x, a] += d
-        # 3. slot ageing, then the greedy sample round-robin.
-        stale = (slot_n > 0) & (t - slot_start > age_bound)
-        slot_r[stale] = 0.0
-        slot_d[stale] = 0.0
-        slot_n[stale] = 0
-        if greedy:
-            if slot_n[ptr] == 0:
-                slot_start[ptr] = t
-            slot_r[ptr] += r
-            slot_d[ptr] += d
-            slot_n[ptr] += 1
-            ptr = (ptr + 1) % S
-        # 4. refit every `refit_every` decisions.
-        if (t + 1) % refit_every == 0:
-            tr = time.perf_counter()
-            niw, updated = niw_update(niw, slot_r, slot_d, lam)
-            if updated:
-                rho_hat = niw_estimate(niw, rng, S, num_batches, quantile)
-            num_refits += 1
-            refit_seconds += time.perf_counter() - tr
+        if feeding == "reference":
+            tt = t + 1  # decisions counted from 1
+            if greedy:
+                if slot_n[ptr] >= 1 and tt - slot_start[ptr] > age_bound:
+                    slot_r[ptr] = slot_d[ptr] = 0.0
+                    slot_n[ptr] = 0
+                    slot_start[ptr] = tt  # birth: set only by a reset
+                slot_r[ptr] += r
+                slot_d[ptr] += d
+                slot_n[ptr] += 1
+                ptr = (ptr + 1) % S
+                full = slot_n >= 1
+                if tt % refit_every == 0 and full.sum() >= 2:
+                    tr = time.perf_counter()
+                    niw, updated = niw_update(niw, slot_r[full], slot_d[full], lam)
+                    if updated:
+                        rho_hat = niw_estimate(niw, rng, int(full.sum()), num_batches, quantile)
+                    num_refits += 1
+                    refit_seconds += time.perf_counter() - tr
+        else:
+            # legacy: every stale slot is zeroed, then the greedy sample round-robin
+            stale = (slot_n > 0) & (t - slot_start > age_bound)
+            slot_r[stale] = 0.0
+            slot_d[stale] = 0.0
+            slot_n[stale] = 0
+            if greedy:
+                if slot_n[ptr] == 0:
+                    slot_start[ptr] = t
+                slot_r[ptr] += r
+                slot_d[ptr] += d
+                slot_n[ptr] += 1
+                ptr = (ptr + 1) % S
+            if (t + 1) % refit_every == 0:
+                tr = time.perf_counter()
+                niw, updated = niw_update(niw, slot_r, slot_d, lam)
+                if updated:
+                    rho_hat = niw_estimate(niw, rng, S, num_batches, quantile)
+                num_refits += 1
+                refit_seconds += time.perf_counter() - tr
         # 5. policy step on the visited context.
         q = np.where(n[x] > 0, (sum_r[x] - rho_hat * sum_d[x]) / np.maximum(n[x], 1), 0.0)
         adv = q - pi @ q

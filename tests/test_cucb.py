@@ -394,3 +394,16 @@ def test_make_cucb_rejects_bad_sizes():
         make_cucb(64, 161, exact=True)
     with pytest.raises(ValueError, match="num_sampled_policies"):
         make_cucb(4, 3, exact=False, num_sampled_policies=0)
+
+
+def test_chex_shape_asserts_catch_mismatched_state():
+    """A C-UCB state built for another (C, A) is refused at trace time, not index-clamped."""
+    hyper = CUCBHyper(jnp.asarray(1.0), jnp.asarray(0.1))
+    small, big = make_cucb(2, 3), make_cucb(2, 4)
+    s = big.init(hyper, jax.random.key(0))
+    with pytest.raises(AssertionError):
+        small.act(s, hyper, 0, jax.random.key(1))
+    with pytest.raises(AssertionError):
+        small.update(s, hyper, 0, 1, 1.0, 1.0, jax.random.key(1))
+    s_ok = small.init(hyper, jax.random.key(0))
+    assert int(small.act(s_ok, hyper, 0, jax.random.key(1))) == 0  # first untried action

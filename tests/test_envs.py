@@ -344,3 +344,43 @@ def test_good_build_is_plain_numpy(monkeypatch):
     assert isinstance(env, EnvParams)
     assert all(isinstance(f, np.ndarray) for f in env)
     assert env.lognormal.dtype == np.bool_ and env.rbar.dtype == np.float64
+
+
+# ---------------------------------------------------------------- rho_star_bisection arguments
+
+
+def test_bisection_terminates_for_tiny_and_zero_tol():
+    """tol at or below the float spacing used to loop forever; now the bracket stops at adjacent
+    floats and the root agrees with exact Dinkelbach to a few ulps."""
+    env = make_reference_env("E1", K=5, n_contexts=4)
+    args = (env.p, env.rbar, env.dbar)
+    dink = rates.rho_star_dinkelbach(*args)[0]
+    for tol in (1e-16, 1e-17, 0.0):
+        got = rates.rho_star_bisection(*args, tol=tol)
+        assert abs(got - dink) <= 8 * np.spacing(dink), (tol, got, dink)
+
+
+@pytest.mark.parametrize("tol", [float("nan"), float("inf"), -1e-9, "x"])
+def test_bisection_rejects_bad_tol(tol):
+    env = make_reference_env("E1", K=5, n_contexts=4)
+    with pytest.raises(ValueError, match="tol"):
+        rates.rho_star_bisection(env.p, env.rbar, env.dbar, tol=tol)
+
+
+def test_bisection_iteration_cap():
+    env = make_reference_env("E1", K=5, n_contexts=4)
+    with pytest.raises(ValueError, match="max_iter=3"):
+        rates.rho_star_bisection(env.p, env.rbar, env.dbar, tol=0.0, max_iter=3)
+    with pytest.raises(ValueError, match="max_iter"):
+        rates.rho_star_bisection(env.p, env.rbar, env.dbar, max_iter=0)
+
+
+def test_bisection_ratio_overflow():
+    """rbar/dbar = 1e310 overflows float64, the optimal rate (a ratio of means) does not."""
+    p = np.array([0.5, 0.5])
+    rbar = np.array([[1e300, 1.0], [1.0, 2.0]])
+    dbar = np.array([[1e-10, 1.0], [1.0, 1.0]])
+    expect = (0.5e300 + 0.5 * 2.0) / (0.5e-10 + 0.5 * 1.0)  # policy (0, 1), the best one
+    got = rates.rho_star_bisection(p, rbar, dbar)
+    assert np.isfinite(got) and abs(got / expect - 1) < 1e-12
+    assert abs(rates.rho_star_dinkelbach(p, rbar, dbar)[0] / expect - 1) < 1e-12

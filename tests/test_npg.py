@@ -36,7 +36,10 @@ class _RatioEstimator(NamedTuple):
     def init(self, dtype=jnp.float32):
         return _RatioState(jnp.zeros((), dtype), jnp.zeros((), jnp.int32))
 
-    def refit(self, est, slot_r, slot_d, key):
+    def refit(self, est, slot_r, slot_d, *mask_key):
+        key = mask_key[-1]
+        if len(mask_key) == 2:  # reference feeding: (mask, key)
+            slot_r, slot_d = jnp.where(mask_key[0], slot_r, 0), jnp.where(mask_key[0], slot_d, 0)
         tot_d = slot_d.sum()
         ratio = jnp.where(tot_d > 0, slot_r.sum() / jnp.where(tot_d > 0, tot_d, 1.0), est.rho_hat)
         jitter = 1.0 + 0.01 * jax.random.uniform(key, (), slot_r.dtype, -1.0, 1.0)
@@ -186,7 +189,9 @@ def test_slot_bookkeeping_matches_numpy(seed):
         ],
         axis=1,
     )
-    init, _, fns = make_pg_fns(C, A, natural=True, num_slots=S, estimator=oracle_estimator(0.0))
+    init, _, fns = make_pg_fns(
+        C, A, natural=True, num_slots=S, estimator=oracle_estimator(0.0), feeding="legacy"
+    )
     hyper = _hyper(age_bound=age_bound)
     s0 = init(hyper, jax.random.key(0))._replace(theta=jnp.asarray(theta))
 
@@ -213,7 +218,13 @@ def test_slot_bookkeeping_matches_numpy(seed):
 @pytest.mark.parametrize("refit_every", [8, 3])
 def test_refit_exactly_every_k(refit_every):
     agent = make_pg_agent(
-        2, 3, natural=True, num_slots=4, refit_every=refit_every, estimator=oracle_estimator(0.3)
+        2,
+        3,
+        natural=True,
+        num_slots=4,
+        refit_every=refit_every,
+        estimator=oracle_estimator(0.3),
+        feeding="legacy",
     )
     hyper = _hyper()
     s0 = agent.init(hyper, jax.random.key(0))
@@ -229,12 +240,13 @@ def test_refit_exactly_every_k(refit_every):
     np.testing.assert_array_equal(np.asarray(counts), np.arange(1, 51) // refit_every)
 
 
-def test_blocked_schedule_is_identical_to_update():
+@pytest.mark.parametrize("feeding", ["legacy", "reference"])
+def test_blocked_schedule_is_identical_to_update(feeding):
     """update_stats_and_theta x (k-1) then update_with_refit == agent.update x k, bit for bit."""
     C, A, k, blocks = 2, 3, 8, 6
     est = _RatioEstimator()
-    agent = make_pg_agent(C, A, natural=True, num_slots=6, estimator=est)
-    _, _, fns = make_pg_fns(C, A, natural=True, num_slots=6, estimator=est)
+    agent = make_pg_agent(C, A, natural=True, num_slots=6, estimator=est, feeding=feeding)
+    _, _, fns = make_pg_fns(C, A, natural=True, num_slots=6, estimator=est, feeding=feeding)
     hyper = _hyper(lr=0.4, age_bound=20)
     s0 = agent.init(hyper, jax.random.key(0))
     rng = np.random.default_rng(3)
@@ -260,7 +272,7 @@ def test_blocked_schedule_is_identical_to_update():
         return s
 
     a, b = run(False), run(True)
-    assert int(a.est.num_refits) == blocks
+    assert int(a.est.num_refits) == blocks if feeding == "legacy" else 0 < int(a.est.num_refits)
     for la, lb in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_array_equal(np.asarray(la), np.asarray(lb))
     assert float(a.est.rho_hat) > 0
@@ -285,11 +297,12 @@ def _e1_params():
 
 def _simulate_npg(params, seeds, n_steps, lr, age_bound, num_batches):
     """NPG-NIW with the real NIW estimator through the lead's simulator (agent.update path)."""
-    est = pytest.importorskip("rpg_jax.estimator")
+    from rpg_jax.agents.npg import reference_niw_estimator
+
     sim = pytest.importorskip("rpg_jax.simulate")
     C, A = params.rbar.shape
     agent = make_pg_agent(
-        C, A, natural=True, estimator=est.make_niw_estimator(128, num_batches=num_batches)
+        C, A, natural=True, estimator=reference_niw_estimator(128, num_batches=num_batches)
     )
     stacked = jax.tree.map(lambda v: np.stack([np.asarray(v)] * len(seeds)), params)
     return sim.simulate(agent, _hyper(lr, age_bound), stacked, seeds, n_steps)
@@ -372,8 +385,10 @@ def test_numpy_reference_oracle_like_npg_learns():
     from testkit.numpy_ref_npg import run_npg_numpy
 
     params = _e1_params()
+    legacy = run_npg_numpy(params, 1200, 1.0, 500, 0, num_batches=50, feeding="legacy")
+    assert legacy["num_refits"] == 1200 // 8
     out = run_npg_numpy(params, 1200, 1.0, 500, 0, num_batches=50)
-    assert out["num_refits"] == 1200 // 8
+    assert 0 < out["num_refits"] < 1200 // 8  # reference: only due decisions with a fed sample
     assert 0 <= out["pseudo_regret"] < 0.5 * _uniform_pseudo_regret(params, 1200)
     assert 0.3 * float(params.rho_star) < out["rho_hat"] < 2.0 * float(params.rho_star)
 
@@ -383,3 +398,228 @@ def test_numpy_reference_rejects_bad_input():
 
     with pytest.raises(ValueError, match="n_steps"):
         run_npg_numpy(_e1_params(), 0, 1.0, 60, 0)
+    with pytest.raises(ValueError, match="feeding"):
+        run_npg_numpy(_e1_params(), 10, 1.0, 60, 0, feeding="gage")
+
+
+# ---------------------------------------------------------------- reference feeding, exactly
+
+
+class _StubState(NamedTuple):
+    rho_hat: jax.Array
+    num_refits: jax.Array
+    last_n: jax.Array
+
+
+class _StubEstimator(NamedTuple):
+    """Deterministic estimator: rho = (sum r / sum d) * n / (n + 1) over the masked slots, so a
+    wrong mask, slot content or slot count changes rho."""
+
+    def init(self, dtype=jnp.float32):
+        return _StubState(jnp.zeros((), dtype), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+
+    def refit(self, est, slot_r, slot_d, mask, key):
+        del key
+        w = mask.astype(slot_r.dtype)
+        n = jnp.sum(w)
+        rho = (w @ slot_r) / (w @ slot_d) * n / (n + 1.0)
+        return _StubState(rho, est.num_refits + 1, jnp.sum(mask).astype(jnp.int32))
+
+
+def _streams(T, C, A, seed):
+    rng = np.random.default_rng(seed)
+    contexts = rng.integers(0, C, T)
+    scale = rng.uniform(0.3, 1.5, A)
+    rewards = rng.uniform(0.0, 1.0, (T, A)) * scale
+    durations = rng.uniform(0.5, 2.0, (T, A))
+    keys = jax.random.split(jax.random.key(seed), T)
+    k_act = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
+    k_upd = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+    gumbels = np.asarray(jax.vmap(lambda k: jax.random.gumbel(k, (A,), F64))(k_act))
+    return contexts, rewards, durations, k_act, k_upd, gumbels
+
+
+def _run_jax_feeding(agent, hyper, contexts, rewards, durations, k_act, k_upd):
+    def step(s, inp):
+        x, rr, dd, ka, ku = inp
+        a = agent.act(s, hyper, x, ka)
+        s = agent.update(s, hyper, x, a, rr[a], dd[a], ku)
+        return s, (a, s)
+
+    s0 = agent.init(hyper, jax.random.key(0))
+    inputs = (jnp.asarray(contexts, jnp.int32), jnp.asarray(rewards), jnp.asarray(durations))
+    _, (acts, hist) = jax.jit(lambda s: jax.lax.scan(step, s, (*inputs, k_act, k_upd)))(s0)
+    return np.asarray(acts), jax.tree.map(np.asarray, hist)
+
+
+def _assert_same_trace(acts, hist, ref):
+    np.testing.assert_array_equal(acts, ref.actions)
+    np.testing.assert_array_equal(hist.fed, ref.fed)
+    np.testing.assert_array_equal(hist.slot_n, ref.slot_n)
+    np.testing.assert_array_equal(hist.slot_birth, ref.slot_birth)
+    np.testing.assert_array_equal(hist.slot_ptr, ref.slot_ptr)
+    np.testing.assert_allclose(hist.slot_r, ref.slot_r, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(hist.slot_d, ref.slot_d, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(hist.est.rho_hat, ref.rho, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(hist.theta, ref.theta, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("natural", "S", "age_bound", "seed"),
+    [(True, 128, 60, 0), (False, 128, 125, 1), (True, 7, 20, 2), (True, 128, 1e9, 3)],
+)
+def test_reference_feeding_equals_numpy_transcription(natural, S, age_bound, seed):
+    """JAX agent == testkit transcription of DESIGN.md section 5, decision by decision."""
+    from testkit.numpy_ref_feeding import run_reference_feeding
+
+    C, A, T, lr = 2, 3, 700, 0.5
+    contexts, rewards, durations, k_act, k_upd, gumbels = _streams(T, C, A, seed)
+    agent = make_pg_agent(C, A, natural=natural, num_slots=S, estimator=_StubEstimator())
+    hyper = _hyper(lr=lr, age_bound=age_bound)
+    acts, hist = _run_jax_feeding(agent, hyper, contexts, rewards, durations, k_act, k_upd)
+
+    def rho_fn(r, d, t):
+        return r.sum() / d.sum() * r.size / (r.size + 1.0)
+
+    ref = run_reference_feeding(
+        contexts, gumbels, rewards, durations, lr, age_bound, rho_fn,
+        n_contexts=C, natural=natural, num_slots=S,
+    )  # fmt: skip
+    _assert_same_trace(acts, hist, ref)
+    # every refit (time and slot count n), hence the first one, is the transcription's
+    refit_t = 1 + np.flatnonzero(np.diff(hist.est.num_refits, prepend=0))
+    np.testing.assert_array_equal(refit_t, [t for t, _ in ref.refits])
+    np.testing.assert_array_equal(hist.est.last_n[refit_t - 1], [n for _, n in ref.refits])
+    assert np.all(refit_t % 8 == 0) and np.all(ref.fed[refit_t - 1])
+    # every reset: the birth of slot i becomes t exactly at the resets of the transcription
+    born = np.argwhere(np.diff(hist.slot_birth, axis=0, prepend=0) != 0)
+    np.testing.assert_array_equal([(t + 1, i) for t, i in born], ref.resets)
+    # the streams exercise what the rules distinguish
+    assert 0.2 * T < ref.fed.sum() < T
+    if age_bound < T:
+        assert len(ref.resets) >= 3
+    else:
+        assert not ref.resets
+    if S < 128:
+        assert ref.slot_n.max() >= 2  # wrap-around without reset adds to a slot
+    assert ref.refits and len(ref.refits) < T // 8  # some due decisions are skipped (not fed)
+
+
+def test_reference_feeding_with_niw_estimator_refit_times():
+    """The real NIW estimator under the reference feeding: refits (est.num_fits) happen exactly
+    where the transcription refits; rho is injected from the JAX run so the rest is exact."""
+    from testkit.numpy_ref_feeding import run_reference_feeding
+
+    C, A, T, lr, age = 2, 3, 240, 1.0, 60
+    contexts, rewards, durations, k_act, k_upd, gumbels = _streams(T, C, A, 7)
+    agent = make_pg_agent(C, A, natural=True)
+    acts, hist = _run_jax_feeding(
+        agent, _hyper(lr, age), contexts, rewards, durations, k_act, k_upd
+    )
+    jax_rho = hist.est.rho_hat
+    ref = run_reference_feeding(
+        contexts, gumbels, rewards, durations, lr, age, lambda r, d, t: jax_rho[t - 1],
+        n_contexts=C,
+    )  # fmt: skip
+    _assert_same_trace(acts, hist, ref)
+    fits = 1 + np.flatnonzero(np.diff(hist.est.num_fits, prepend=0))
+    np.testing.assert_array_equal(fits, [t for t, _ in ref.refits])
+    assert jax_rho[: fits[0] - 1].max() == 0.0 and jax_rho[fits[0] - 1] > 0
+    ratio = rewards.mean() / durations.mean()
+    assert 0.3 * ratio < jax_rho[-1] < 3 * ratio
+
+
+def test_masked_refit_uses_nonempty_slots_and_their_count():
+    """reference_niw_estimator on a masked set == rpg_jax.estimator on the compacted slots: the
+    posterior exactly, rho_hat within Monte-Carlo error of estimate(num_slots = n)."""
+    est = pytest.importorskip("rpg_jax.estimator")
+    from rpg_jax.agents.npg import reference_niw_estimator
+
+    rng = np.random.default_rng(11)
+    S, n = 128, 6
+    mask = np.zeros(S, bool)
+    mask[rng.choice(S, n, replace=False)] = True
+    slot_d = rng.uniform(0.8, 2.5, S)
+    slot_r = 0.6 * slot_d + rng.normal(0, 0.2, S)
+    ref_est = reference_niw_estimator(S)
+    s0 = est.init_state(F64)
+    refit = jax.jit(lambda k: ref_est.refit(s0, jnp.asarray(slot_r), jnp.asarray(slot_d), mask, k))
+    fit = est.update(s0, jnp.asarray(slot_r[mask]), jnp.asarray(slot_d[mask]))
+    one = refit(jax.random.key(0))
+    for a, b in ((one.mu, fit.mu), (one.kappa, fit.kappa), (one.nu, fit.nu), (one.psi, fit.psi)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)
+    keys = jax.random.split(jax.random.key(1), 24)
+    mine = np.array([float(refit(k).rho_hat) for k in keys])
+    other = np.asarray(jax.vmap(lambda k: est.estimate(fit, k, n))(keys))
+    full = np.asarray(jax.vmap(lambda k: est.estimate(fit, k, S))(keys))
+    se = np.sqrt(mine.var(ddof=1) / 24 + other.var(ddof=1) / 24)
+    assert abs(mine.mean() - other.mean()) < 4 * se, (mine.mean(), other.mean(), se)
+    # batch size n, not S: the p95 of a 6-slot batch mean lies far above the 128-slot one
+    assert mine.mean() - full.mean() > 10 * se
+
+
+def test_reference_feeding_state_counts_from_one():
+    agent = make_pg_agent(1, 2, natural=True, num_slots=4, estimator=_StubEstimator())
+    hyper = _hyper()
+    s = agent.init(hyper, jax.random.key(0))
+    s = agent.update(s, hyper, 0, 0, 1.0, 1.0, jax.random.key(1))  # greedy (tie -> index 0)
+    assert int(s.t) == 1 and bool(s.fed) and s.slot_n.tolist() == [1, 0, 0, 0]
+    s = agent.update(s, hyper, 0, 1, 1.0, 1.0, jax.random.key(2))  # theta[0,0] > theta[0,1] now
+    assert int(s.t) == 2 and not bool(s.fed) and int(s.slot_ptr) == 1
+
+
+def test_unknown_feeding_raises():
+    with pytest.raises(ValueError, match="feeding"):
+        make_pg_agent(2, 3, natural=True, feeding="gage", estimator=oracle_estimator(0.1))
+
+
+# ---------------------------------------------------------------- robustness (issue 12 item 6)
+
+
+@pytest.mark.parametrize("natural", [True, False])
+def test_pg_theta_step_all_minus_inf_row(natural):
+    from rpg_jax.agents.npg import pg_theta_step
+
+    q = jnp.asarray([0.3, -0.2, 0.1], F64)
+    dead = jnp.full((3,), -jnp.inf, F64)
+    out = pg_theta_step(dead, q, jnp.asarray(0.5, F64), natural)
+    assert not np.any(np.isnan(np.asarray(out)))
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(dead))
+    # a partly -inf row keeps its -inf entries and steps the others as the closed form says
+    part = jnp.asarray([0.2, -jnp.inf, -0.4], F64)
+    got = np.asarray(pg_theta_step(part, q, jnp.asarray(0.5, F64), natural))
+    pi = _softmax(np.array([0.2, -0.4]))
+    qq = np.array([0.3, 0.1])
+    adv = qq - pi @ qq
+    expect = np.array([0.2, -0.4]) + 0.5 * (adv if natural else pi * adv)
+    assert got[1] == -np.inf
+    np.testing.assert_allclose(got[[0, 2]], expect, rtol=1e-14)
+
+
+def test_make_agent_checks_hyper_parameters_in_their_dtype():
+    from rpg_jax.agents.registry import make_agent
+
+    with pytest.raises(ValueError, match="lr must be finite and > 0 in float32"):
+        make_agent("npg-niw", 4, 6, {"lr": 1e39, "age_bound": 60})
+    with pytest.raises(ValueError, match="lr must be finite and > 0 in float32"):
+        make_agent("spg-niw", 4, 6, {"lr": 1e-50, "age_bound": 60})
+    with pytest.raises(ValueError, match="c1 must be finite and > 0 in float32"):
+        make_agent("cucb-tuned", 4, 6, {"c1": 1e39, "c2": 0.0})
+    _, hyper, used = make_agent("npg-niw", 4, 6, {"lr": 1e39, "age_bound": 60}, dtype=F64)
+    assert float(hyper.lr) == 1e39 and used["lr"] == 1e39  # representable in float64
+    _, hyper, used = make_agent("npg-niw", 4, 6, {"lr": 0.1, "age_bound": 60})
+    assert hyper.lr.dtype == jnp.float32 and used["lr"] == 0.1
+    with pytest.raises(ValueError, match="dtype"):
+        make_agent("npg-niw", 4, 6, {"lr": 0.1, "age_bound": 60}, dtype=jnp.int32)
+
+
+def test_chex_shape_asserts_catch_mismatched_state():
+    """A state of the wrong size is refused at trace time (chex), not silently clamped."""
+    agent = make_pg_agent(2, 3, natural=True, num_slots=4, estimator=oracle_estimator(0.1))
+    other = make_pg_agent(2, 5, natural=True, num_slots=4, estimator=oracle_estimator(0.1))
+    hyper = _hyper()
+    s = other.init(hyper, jax.random.key(0))
+    with pytest.raises(AssertionError):
+        agent.act(s, hyper, 0, jax.random.key(1))
+    with pytest.raises(AssertionError):
+        agent.update(s, hyper, 0, 1, 1.0, 1.0, jax.random.key(1))

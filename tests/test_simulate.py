@@ -102,3 +102,100 @@ def test_bad_input_raises_before_compiling(n_params, kwargs, match):
     params = make_trial_params("E1", 5, 4, list(range(n_params)))
     with pytest.raises(ValueError, match=match):
         simulate(make_uniform_agent(6), NoHyper(), params, **kwargs)
+
+
+# ---------------------------------------------------------------- robustness (issue 12 item 6)
+
+_PRNG_SCRIPT = """
+import jax, numpy as np
+from rpg_jax.agents.baselines import NoHyper, make_uniform_agent
+from rpg_jax.envs import make_trial_params
+from rpg_jax.simulate import simulate, simulate_one
+jax.config.update("jax_enable_x64", True)
+assert jax.config.jax_default_prng_impl == "{impl}"
+seeds = [5, 0, 9]
+params = make_trial_params("E1", 5, 4, seeds)
+agent, hyper = make_uniform_agent(6), NoHyper()
+batch = simulate(agent, hyper, params, seeds, 160, shard=False)
+for i, s in enumerate(seeds):
+    one = simulate_one(agent, hyper, jax.tree.map(lambda v, i=i: v[i], params), s, 160)
+    assert np.array_equal(one.total_reward, batch.total_reward[i:i + 1]), (i, s)
+    assert np.array_equal(one.regret, batch.regret[i:i + 1]), (i, s)
+print("OK", batch.total_reward.tolist())
+"""
+
+
+def _run_sub(code, **env):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    full = {**os.environ, "PYTHONPATH": root, **env}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full, cwd=root
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+def test_seed_trajectory_independent_of_lane_under_rbg(impl):
+    """Under JAX_DEFAULT_PRNG_IMPL=rbg / unsafe_rbg every lane equals its unbatched run."""
+    out = _run_sub(_PRNG_SCRIPT.format(impl=impl), JAX_DEFAULT_PRNG_IMPL=impl)
+    default = _run_sub(_PRNG_SCRIPT.format(impl="threefry2x32"))
+    assert out.split("OK")[1] == default.split("OK")[1]  # same numbers as the default impl
+
+
+_X64_SCRIPT = """
+import jax, numpy as np
+assert not jax.config.read("jax_enable_x64")
+from rpg_jax.agents.baselines import NoHyper, make_fixed_agent
+from rpg_jax.envs import make_custom_env
+from rpg_jax.simulate import simulate_one
+env = make_custom_env([1.0], [[0.0005, 0.91]], [[0.0007, 2.9]], noise="none")
+acc = (jax.numpy.zeros((), "float32"), jax.numpy.zeros((), "float32"))
+naive = jax.numpy.zeros((), "float32")
+from rpg_jax.simulate import two_sum_add
+v = jax.numpy.asarray(0.0005, "float32")
+def body(c, _):
+    return (two_sum_add(c[0], v), c[1] + v), None
+(acc, naive), _ = jax.lax.scan(jax.jit(body), (acc, naive), None, length=5_000_000)
+print(repr(float(acc[0]) + float(acc[1])), repr(5e6 * float(v)), repr(float(naive)))
+n = {n}
+res = simulate_one(make_fixed_agent(2, 1), NoHyper(), env, 0, n)
+r32, d32 = float(np.float32(0.91)), float(np.float32(2.9))
+print(repr(float(res.total_reward[0])), repr(n * r32), repr(float(res.regret[0])),
+      repr(n * (float(env.rho_star) * d32 - r32)), res.total_reward.dtype)
+"""
+
+
+@pytest.mark.slow
+def test_totals_exact_without_x64():
+    """Without x64, 5e6 x 0.0005 used to sum to 2448.70 (-2 %); compensated totals are exact
+    to float32 rounding of the final value, and R_n is formed in float64."""
+    n = 1_000_000
+    out = _run_sub(_X64_SCRIPT.format(n=n)).split()
+    comp, exact, naive = map(float, out[:3])
+    assert abs(naive / exact - 1) > 1e-2  # the bug this guards against (2448.70 vs 2500)
+    assert abs(comp / exact - 1) < 1e-9, (comp, exact)
+    got_r, want_r, got_reg, want_reg, dtype = out[3:]
+    assert dtype == "float64"
+    assert abs(float(got_r) / float(want_r) - 1) < 1e-9, (got_r, want_r)
+    assert abs(float(got_reg) / float(want_reg) - 1) < 1e-7, (got_reg, want_reg)
+
+
+def test_agent_size_must_match_environment():
+    from rpg_jax.agents.registry import make_agent
+
+    params = make_trial_params("E1", 5, 4, [0])
+    agent, hyper, _ = make_agent("npg-niw", 4, 11, {"lr": 1.0, "age_bound": 60})
+    with pytest.raises(ValueError, match="11 actions, the environment has 6"):
+        simulate(agent, hyper, params, [0], 10)
+    agent, hyper, _ = make_agent("cucb-tuned", 3, 6, {"c1": 1.0, "c2": 0.1})
+    with pytest.raises(ValueError, match="3 contexts, the environment has 4"):
+        simulate(agent, hyper, params, [0], 10)
+    with pytest.raises(ValueError, match="7 actions"):
+        simulate(make_uniform_agent(7), NoHyper(), params, [0], 10)

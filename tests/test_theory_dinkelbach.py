@@ -211,3 +211,30 @@ def test_theory_bad_inputs():
         approximate_dinkelbach(p, -rbar, dbar, 0.1, "low", 5)
     with pytest.raises(ValueError, match="eps"):
         tight_instance(3.0, 0.3, eps=1.0)
+
+
+@pytest.mark.parametrize(
+    ("R", "gamma", "r0", "liminf"),
+    [
+        (3.0, 0.25, 0.5, 0.4),  # R gamma < 1 + gamma, eps = 0: liminf = L = 1 - R gamma/(1+gamma)
+        (3.0, 0.5, 0.0, 0.0),  # R gamma = 1 + gamma (tie at 1 + gamma): liminf = max(L, 0) = 0
+        (4.0, 0.5, 0.0, 0.0),  # R gamma > 1 + gamma: L < 0, liminf = 0
+    ],
+)
+def test_theory_tightness_exact_orbits(R, gamma, r0, liminf):
+    """Proposition 3 with eps = 0 and the remark for R gamma >= 1 + gamma: the orbit
+    1, 1+gamma, g(1+gamma)/(1+gamma), 1+gamma, ... satisfies (B) and reaches the bounds exactly
+    (lowest-index ties in greedy_policy)."""
+    p, rbar, dbar = np.array([1.0]), np.array([[r0, R]]), np.array([[1.0, R]])
+    bc = band_constants(p, rbar, dbar, gamma)
+    assert bc.rho_star == pytest.approx(1.0) and bc.R == pytest.approx(R)
+    rho = [1.0]
+    for k in range(40):
+        g = greedy_rate(rho[-1], p, rbar, dbar)
+        nxt = (1 + gamma) * g if k % 2 == 0 else g / (1 + gamma)
+        assert g / (1 + gamma) - 1e-15 <= nxt <= (1 + gamma) * g + 1e-15  # condition (B)
+        rho.append(nxt)
+    tail = np.array(rho[10:])
+    assert tail.max() == pytest.approx(1 + gamma, abs=1e-15)
+    assert tail.min() == pytest.approx(liminf, abs=1e-15)
+    assert tail.min() == pytest.approx(max(0.0, 1 - R * gamma / (1 + gamma)), abs=1e-15)

@@ -197,3 +197,45 @@ def test_theory_npg_bad_inputs():
         npg_exact(p, rbar, dbar, 1.0, 1.0, 10)
     with pytest.raises(ValueError, match="eta0"):
         npg_exact(p, rbar, dbar, 0.0, 0.3, 10)
+
+
+def _rho_b_above(rbar, dbar, rho_star):
+    """Smallest breakpoint strictly above rho_star (+inf if none)."""
+    pts = breakpoints(rbar, dbar)
+    pts = pts[pts > rho_star + 1e-12 * max(1.0, rho_star)]
+    return float(pts[0]) if pts.size else np.inf
+
+
+def test_theory_npg_rate_from_above_200_instances():
+    """Theorem 2' (rho_0 > rho*), on 200 random instances: rho_k <= rho* for k >= 1, E_k
+    non-decreasing from E_1 = eta0 (rho* - rho_0) < 0; K <= k_a when E stays negative; from K on
+    |rhobar_k - rho*| = |E_K| / H_k exactly (rate O(k^-(1-chi)))."""
+    rng = np.random.default_rng(12)
+    n, settled, below = 400, 0, 0
+    for i in range(200):
+        C, A = int(rng.integers(1, 7)), int(rng.integers(2, 9))
+        p = rng.dirichlet(np.ones(C))
+        rbar = np.round(rng.uniform(0, 5, (C, A)), 3)
+        dbar = np.round(rng.uniform(0.05, 5, (C, A)), 3)
+        rho_star = rho_star_dinkelbach(p, rbar, dbar)[0]
+        rho0 = rho_star + rng.uniform(0.01, 3.0) * (1 + rho_star)
+        chi, eta0 = CHIS[i % 3], float(rng.uniform(0.1, 3.0))
+        traj = npg_exact(p, rbar, dbar, eta0, chi, n, rho0=rho0, store_theta=False)
+        H, rb = traj.H, traj.rho_bar
+        slack = 1e-12 * (1 + rho_star) * (1 + H[-1])
+        assert np.all(traj.rho[1:] <= rho_star + 1e-12 * (1 + rho_star))
+        E = H[1:] * (rho_star - rb[1:])
+        assert E[0] == pytest.approx(eta0 * (rho_star - rho0), rel=1e-12)
+        assert np.all(np.diff(E) >= -slack)
+        K = settle_index(traj.rho, rho_star, rtol=1e-12)
+        if E[-1] < 0:  # never crossed below rho*: settled once rhobar < smallest breakpoint above
+            below += 1
+            gap_b = _rho_b_above(rbar, dbar, rho_star) - rho_star
+            k_a = int(np.argmax(H > -E[0] / gap_b)) if np.any(H > -E[0] / gap_b) else n + 1
+            assert K <= max(k_a, 1), (i, K, k_a)
+        if K <= n:
+            settled += 1
+            np.testing.assert_allclose(E[K - 1 :], E[K - 1], atol=slack)
+            err = np.abs(rb[K:] - rho_star)
+            np.testing.assert_allclose(err, abs(E[K - 1]) / H[K:], rtol=1e-9, atol=1e-14)
+    assert settled >= 180 and below >= 1, (settled, below)

@@ -33,8 +33,13 @@ class Agent(NamedTuple):
       act: ``(state, hyper, x, key) -> a``; an int32 scalar action in ``0..A-1`` for context ``x``.
       update: ``(state, hyper, x, a, r, delta, key) -> state``; the state after observing reward
         ``r`` and duration ``delta`` of action ``a`` taken in context ``x``.
+      n_contexts: number of contexts ``C`` the agent was built for, or None (unknown / any).
+      n_actions: number of actions ``A`` the agent was built for, or None (unknown / any).
+        ``rpg_jax.simulate.simulate`` refuses an environment of another size.
     """
 
     init: Callable
     act: Callable
     update: Callable
+    n_contexts: int | None = None
+    n_actions: int | None = None

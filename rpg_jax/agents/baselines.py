@@ -43,7 +43,7 @@ def make_uniform_agent(n_actions: int) -> Agent:
     def update(state, hyper, x, a, r, delta, key):
         return state + 1
 
-    return Agent(init, act, update)
+    return Agent(init, act, update, n_actions=n)
 
 
 def make_fixed_agent(n_actions: int, action: int) -> Agent:
@@ -61,4 +61,4 @@ def make_fixed_agent(n_actions: int, action: int) -> Agent:
     def update(state, hyper, x, a, r, delta, key):
         return state + 1
 
-    return Agent(init, act, update)
+    return Agent(init, act, update, n_actions=n)

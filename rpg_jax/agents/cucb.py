@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -210,6 +211,8 @@ def make_cucb(
         )
 
     def act(state: CUCBState, hyper: CUCBHyper, x: jax.Array, key: jax.Array) -> jax.Array:
+        chex.assert_shape([state.n, state.sum_r, state.sum_d], (C, A))
+        chex.assert_rank(x, 0)
         dtype = state.sum_r.dtype
         t = (state.t + 1).astype(dtype)
         L = jnp.log(jnp.maximum(t, 2.0)) + 0.5 * log1p_u
@@ -229,6 +232,9 @@ def make_cucb(
         delta: jax.Array,
         key: jax.Array,
     ) -> CUCBState:
+        chex.assert_shape([state.n, state.sum_r, state.sum_d], (C, A))
+        chex.assert_shape(state.u_best, (C,))
+        chex.assert_rank([x, a, r, delta], 0)
         dtype = state.sum_r.dtype
         n = state.n.at[x, a].add(1)
         sum_r = state.sum_r.at[x, a].add(jnp.asarray(r, dtype))

@@ -1,9 +1,10 @@
 """NPG-NIW (= RPG in the bandit) and SPG-NIW: softmax policy gradient on the relative value.
 
 Source: Tian & Yang (2026), "Reward-rate Policy Gradient ...", section "Natural policy gradient
-and reward-rate RL" and the bandit experiments; update rules and bookkeeping as recorded in
-DESIGN.md section 5. Pure, single-seed, jittable functions; the simulator scans over decisions and
-vmaps over seeds / hyper-parameter grids.
+and reward-rate RL" and the bandit experiments; update rules and the estimator feeding as recorded
+in DESIGN.md section 5 (the feeding rule is the reference's 'gage' mode). Pure, single-seed,
+jittable functions; the simulator scans over decisions and vmaps over seeds / hyper-parameter
+grids.
 
 Per context ``x`` the policy is ``pi[x] = softmax(theta[x])``. Arm statistics per ``(x, a)``:
 count ``n``, sums ``sum_r`` and ``sum_d`` (duration). With the current reward-rate estimate
@@ -14,34 +15,41 @@ count ``n``, sums ``sum_r`` and ``sum_d`` (duration). With the current reward-ra
 - NPG (natural=True):  ``theta[x] += lr * (Q[x] - pi[x] . Q[x])``
 - SPG (natural=False): ``theta[x] += lr * pi[x] * (Q[x] - pi[x] . Q[x])``
 
-One decision ``t`` (0-based; ``state.t`` counts decisions already processed) in context ``x`` with
-action ``a``, reward ``r`` and duration ``delta`` updates the state in this order:
+Acting: ``a ~ pi(. | x)`` from ``theta`` before the update, drawn as the Gumbel-max
+``argmax(theta[x] + G)`` with ``G = jax.random.gumbel(key, (A,))`` (so a test can replay it).
 
-1. ``greedy = (a == argmax theta[x])`` with ``theta`` BEFORE this decision's update (lowest index
-   on ties, so with ``theta = 0`` action 0 is the greedy one).
-2. Arm statistics of ``(x, a)`` are incremented.
-3. Slot ageing: a non-empty slot whose age exceeds ``age_bound`` is zeroed. The age of a slot at
-   decision ``t`` is ``t - slot_start``, where ``slot_start`` is the decision index of the first
-   sample that entered the slot since it was last empty; an empty slot has no age. So a slot never
-   holds a sample older than ``age_bound`` decisions when it is read. Then, if ``greedy``, the
-   sample ``(r, delta)`` is added to slot ``slot_ptr`` and ``slot_ptr`` advances round-robin
-   (``(slot_ptr + 1) % S``); non-greedy samples never enter the slots. ``t`` becomes ``t + 1``.
-4. If ``t`` (after the increment) is a multiple of ``refit_every`` (8), ``rho_hat`` is refit by the
-   estimator from all slots (empty slots have ``slot_d = 0``; the estimator ignores them).
-5. ``theta[x]`` (the visited context only) is updated with ``Q`` from the updated statistics and
-   the possibly just refit ``rho_hat``. ``rho_hat`` starts at 0 (paper, Algorithm 1).
+Feeding ``feeding="reference"`` (default; DESIGN.md section 5 "Estimator feeding"). ``state.t``
+counts decisions from 1 and is incremented at the start of each update; ``rho_hat`` starts at 0.
+One decision ``(x, a, r, delta)``, in this order:
 
-Refit scheduling. ``agent.update`` uses ``lax.cond`` on ``t % refit_every == 0``. ``t`` starts
-as the same constant for every seed and depends only on itself, so when a whole simulation is
-vmapped over seeds (state built by ``init`` inside the vmapped function, as
-``rpg_jax.simulate`` does) ``t`` stays UNBATCHED, the predicate is unbatched and ``cond`` stays a
-real branch: the refit runs once per ``refit_every`` decisions (measured: vmapped cond schedule
-0.9x the time of the blocked schedule below). If ``t`` becomes batched (e.g. a state stacked
-outside ``vmap`` and passed in with ``in_axes=0``), ``cond`` turns into ``select``, the refit runs
-at every decision and a step costs ~7x more (measured 6.8x at 8 seeds, K = 5). Then scan over
-blocks of ``refit_every`` decisions instead: :func:`PGFns.update_stats_and_theta` for the first
-``refit_every - 1`` decisions of a block and :func:`PGFns.update_with_refit` for the last one;
-this is bit-identical to ``agent.update`` (tested). :func:`PGFns.refit_rho` refits alone.
+1. ``t += 1``.
+2. Feed: the sample feeds the estimator only if ``a == argmax theta[x]`` (``theta`` before this
+   decision's step; ties to the lowest index). A fed sample goes to slot ``i = slot_ptr``. Before
+   adding: if slot ``i`` holds >= 1 sample and ``t - birth[i] > age_bound`` it is emptied and
+   ``birth[i] = t``; ``birth`` starts at 0 and is set only by such a reset. Then slot ``i`` gets
+   ``(r, delta)``, its count + 1, and ``slot_ptr = (i + 1) % S``. Unfed samples change no slot.
+3. Refit: only right after a fed sample, only when ``t % refit_every == 0`` and only when >= 2
+   slots are non-empty. The estimator gets the non-empty slots only (a mask); their count ``n``
+   is also the synthetic batch size (:func:`reference_niw_estimator`). Otherwise ``rho_hat`` keeps
+   its value.
+4. ``pi = softmax(theta[x])`` (before the step). 5. Arm statistics of ``(x, a)`` += ``(r, delta,
+   1)``; ``Q`` as above. 6. The NPG / SPG step on ``theta[x]`` (the visited context only).
+
+Feeding ``feeding="legacy"`` (this package's earlier rule, kept as a named option): ``state.t``
+counts decisions already processed (0-based at the decision); every non-empty slot whose age
+``t - slot_birth`` (``slot_birth`` = decision of the first sample since the slot was last empty)
+exceeds ``age_bound`` is zeroed at every decision; a greedy sample goes round-robin; the refit runs
+whenever ``t + 1`` is a multiple of ``refit_every``, on all ``S`` slots (batch size ``S``).
+
+Refit scheduling. ``agent.update`` uses ``lax.cond`` on ``t % refit_every == 0`` only (the
+"fed and >= 2 non-empty slots" part of the reference rule is a ``where`` inside the branch).
+``t`` starts as the same constant for every seed and depends only on itself, so when a whole
+simulation is vmapped over seeds (state built by ``init`` inside the vmapped function, as
+``rpg_jax.simulate`` does) ``t`` stays UNBATCHED and ``cond`` stays a real branch: the refit
+costs once per ``refit_every`` decisions. If ``t`` becomes batched (a state stacked outside
+``vmap``), ``cond`` turns into ``select`` and the refit runs at every decision (~7x slower);
+then scan over blocks of ``refit_every`` decisions with :func:`PGFns.update_stats_and_theta`
+and, for the last decision of a block, :func:`PGFns.update_with_refit` (bit-identical, tested).
 """
 
 from __future__ import annotations
@@ -49,22 +57,29 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 
 from rpg_jax.agents.base import Agent
 
 __all__ = [
+    "FEEDINGS",
     "PGHyper",
     "PGState",
     "PGFns",
     "OracleState",
     "oracle_estimator",
+    "reference_niw_estimator",
+    "masked_rate_quantile",
     "relative_value_estimate",
     "pg_theta_step",
     "make_pg_fns",
     "make_pg_agent",
 ]
+
+FEEDINGS = ("reference", "legacy")
+"""Estimator feeding rules of :func:`make_pg_fns` (module docstring); the first is the default."""
 
 
 class PGHyper(NamedTuple):
@@ -91,10 +106,13 @@ class PGState(NamedTuple):
       slot_r: slot reward sums, float ``(S,)``.
       slot_d: slot duration sums, float ``(S,)`` (0 for an empty slot).
       slot_n: number of samples in each slot, int32 ``(S,)``.
-      slot_start: decision index of the first sample of each non-empty slot, int32 ``(S,)``.
+      slot_birth: int32 ``(S,)``; reference feeding: the ``t`` of the slot's last reset (0 at
+        start); legacy feeding: the decision of the slot's first sample since it was last empty.
       slot_ptr: next slot to write (round-robin), int32 ``()``.
+      fed: whether the last decision's sample fed a slot, bool ``()``.
       est: estimator state (any pytree with a ``rho_hat`` leaf, float ``()``).
-      t: number of decisions processed, int32 ``()``.
+      t: decision counter, int32 ``()`` (reference: the last decision's number, 1-based; legacy:
+        number of decisions processed).
     """
 
     theta: jax.Array
@@ -104,8 +122,9 @@ class PGState(NamedTuple):
     slot_r: jax.Array
     slot_d: jax.Array
     slot_n: jax.Array
-    slot_start: jax.Array
+    slot_birth: jax.Array
     slot_ptr: jax.Array
+    fed: jax.Array
     est: Any
     t: jax.Array
 
@@ -124,14 +143,14 @@ class OracleState(NamedTuple):
 
 class _EstimatorLike(NamedTuple):
     init: Callable  # (dtype) -> est_state
-    refit: Callable  # (est_state, slot_r, slot_d, key) -> est_state
+    refit: Callable  # legacy: (est, slot_r, slot_d, key); reference: (est, r, d, mask, key)
 
 
 def oracle_estimator(rho: float) -> _EstimatorLike:
     """An estimator whose ``rho_hat`` is fixed to ``rho`` (e.g. ``rho_star``): for tests/ablations.
 
-    Same protocol as ``rpg_jax.estimator.Estimator``: ``init(dtype) -> OracleState`` and
-    ``refit(est_state, slot_r, slot_d, key) -> OracleState`` (ignores the slots; counts refits).
+    ``init(dtype) -> OracleState``; ``refit(est_state, slot_r, slot_d, [mask,] key) ->
+    OracleState`` ignores its inputs and counts refits (both feeding rules' signatures).
 
     Raises:
       ValueError: if ``rho`` is not a finite number.
@@ -143,11 +162,84 @@ def oracle_estimator(rho: float) -> _EstimatorLike:
     def init(dtype=jnp.float32) -> OracleState:
         return OracleState(jnp.asarray(rho, dtype), jnp.zeros((), jnp.int32))
 
-    def refit(est: OracleState, slot_r, slot_d, key) -> OracleState:
-        del slot_r, slot_d, key
+    def refit(est: OracleState, *slots_and_key) -> OracleState:
+        del slots_and_key
         return OracleState(est.rho_hat, est.num_refits + 1)
 
     return _EstimatorLike(init, refit)
+
+
+def masked_rate_quantile(
+    state: Any,
+    key: jax.Array,
+    mask: jax.Array,
+    num_batches: int = 1000,
+    quantile: float = 0.95,
+    chunk_batches: int = 50,
+) -> jax.Array:
+    """``max(0, quantile)`` of ``sum_mask r / sum_mask exp(t)`` over synthetic batches whose size
+    is the number of True entries of ``mask`` (dynamic under ``jit``).
+
+    Each batch draws ``S = mask.size`` predictive slot vectors with
+    ``rpg_jax.estimator.predictive_draws`` and keeps the masked ones: the draws are i.i.d., so this
+    is a batch of ``n = sum(mask)`` draws. Batches are drawn ``chunk_batches`` at a time in a
+    ``lax.scan`` (chunk ``i`` from ``jax.random.split(key, k)[i]``), never all at once.
+
+    Args:
+      state: ``rpg_jax.estimator.NIWState`` (fitted).
+      key: a ``jax.random`` key.
+      mask: bool ``(S,)``, at least one True.
+      num_batches: ``M`` (static). quantile: in ``[0, 1]``. chunk_batches: static speed knob.
+
+    Returns:
+      ``rho_hat``, shape ``()``, the state's dtype, >= 0.
+
+    Source: DESIGN.md sections 4 and 5 (reference: "M = 1000 batches of n").
+    """
+    from rpg_jax import estimator as est
+
+    S = int(mask.shape[0])
+    k = -(-num_batches // chunk_batches)
+    c = -(-num_batches // k)
+    w = mask.astype(state.mu.dtype)
+
+    def chunk(_, kc):
+        y = est.predictive_draws(state, kc, S, c, chunk_batches=c)
+        return None, (y[..., 0] @ w) / (jnp.exp(y[..., 1]) @ w)
+
+    _, rates = jax.lax.scan(chunk, None, jax.random.split(key, k))
+    rho = jnp.quantile(rates.reshape(-1)[:num_batches], quantile)
+    return jnp.maximum(rho, 0.0).astype(state.rho_hat.dtype)
+
+
+def reference_niw_estimator(
+    num_slots: int = 128, num_batches: int = 1000, quantile: float = 0.95, lam: float = 0.3
+) -> _EstimatorLike:
+    """The NIW estimator as the reference feeding calls it: on the non-empty slots only.
+
+    ``refit(est_state, slot_r (S,), slot_d (S,), mask (S,) bool, key)``: the NIW update with
+    forgetting (``rpg_jax.estimator.update``) on the masked slots, then ``rho_hat`` =
+    :func:`masked_rate_quantile` with ``M = num_batches`` batches of ``n = sum(mask)`` draws;
+    when the update did not fit (< 2 usable slots) ``rho_hat`` keeps its value.
+
+    Raises:
+      ValueError: on a bad ``num_slots`` / ``num_batches`` / ``quantile`` / ``lam`` (checked by
+        ``rpg_jax.estimator.make_niw_estimator``).
+
+    Source: DESIGN.md section 5 ("The NIW update gets the non-empty slots only, so n = their
+    count, which is also the synthetic batch size").
+    """
+    from rpg_jax import estimator as est
+
+    est.make_niw_estimator(num_slots, num_batches, quantile, lam)  # checks the settings
+
+    def refit(state, slot_r, slot_d, mask, key):
+        chex.assert_shape([slot_r, slot_d, mask], (num_slots,))
+        fit = est.update(state, jnp.where(mask, slot_r, 0.0), jnp.where(mask, slot_d, 0.0), lam)
+        rho = masked_rate_quantile(fit, key, mask, num_batches, quantile)
+        return fit._replace(rho_hat=jnp.where(fit.fitted, rho, state.rho_hat))
+
+    return _EstimatorLike(est.init_state, refit)
 
 
 def relative_value_estimate(
@@ -165,7 +257,8 @@ def pg_theta_step(theta_x: jax.Array, q_x: jax.Array, lr: jax.Array, natural: bo
     """One policy-gradient step on the logits of one context.
 
     Args:
-      theta_x: logits, float ``(A,)``.
+      theta_x: logits, float ``(A,)``; ``-inf`` entries are actions of probability 0. A row
+        that is ``-inf`` everywhere has no policy: it is returned unchanged (no NaN).
       q_x: relative value estimates ``Q[x]``, float ``(A,)``.
       lr: step size, float ``()``.
       natural: True: NPG ``theta += lr (Q - pi.Q)``; False: SPG ``theta += lr pi (Q - pi.Q)``
@@ -174,22 +267,28 @@ def pg_theta_step(theta_x: jax.Array, q_x: jax.Array, lr: jax.Array, natural: bo
     Returns:
       New logits, float ``(A,)``.
     """
-    pi = jax.nn.softmax(theta_x)
+    chex.assert_rank(theta_x, 1)
+    chex.assert_equal_shape([theta_x, q_x])
+    alive = jnp.any(theta_x > -jnp.inf)
+    safe = jnp.where(alive, theta_x, jnp.zeros_like(theta_x))
+    pi = jax.nn.softmax(safe)
     adv = q_x - jnp.dot(pi, q_x)
     step = adv if natural else pi * adv
-    return theta_x + lr * step
+    return jnp.where(alive, theta_x + lr * step, theta_x)
 
 
 class PGFns(NamedTuple):
     """The pieces of a PG agent, for simulators that schedule the refit themselves.
 
     Attributes:
-      update_stats: ``(state, hyper, x, a, r, delta) -> state``; steps 1-3 of the module docstring.
-      refit_rho: ``(state, key) -> state``; step 4 unconditionally.
-      update_theta: ``(state, hyper, x) -> state``; step 5.
+      update_stats: ``(state, hyper, x, a, r, delta) -> state``; counter, feeding, arm statistics.
+      refit_rho: ``(state, key) -> state``; the refit of a due decision (reference: only if the
+        last sample was fed and >= 2 slots are non-empty; legacy: unconditionally).
+      update_theta: ``(state, hyper, x) -> state``; the policy step.
       update_stats_and_theta: ``(state, hyper, x, a, r, delta) -> state``; a decision without refit.
-      update_with_refit: ``(state, hyper, x, a, r, delta, key) -> state``; a decision with refit.
-      refit_due: ``(state) -> bool``; whether the state after ``update_stats`` is due a refit.
+      update_with_refit: ``(state, hyper, x, a, r, delta, key) -> state``; a due decision.
+      refit_due: ``(state) -> bool``; whether the state after ``update_stats`` is due a refit
+        (``t % refit_every == 0``).
     """
 
     update_stats: Callable
@@ -200,7 +299,7 @@ class PGFns(NamedTuple):
     refit_due: Callable
 
 
-def _check_config(n_contexts, n_actions, num_slots, refit_every):
+def _check_config(n_contexts, n_actions, num_slots, refit_every, feeding):
     for name, v in (
         ("n_contexts", n_contexts),
         ("n_actions", n_actions),
@@ -209,6 +308,8 @@ def _check_config(n_contexts, n_actions, num_slots, refit_every):
     ):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if feeding not in FEEDINGS:
+        raise ValueError(f"feeding must be one of {FEEDINGS}, got {feeding!r}")
 
 
 def make_pg_fns(
@@ -219,6 +320,7 @@ def make_pg_fns(
     num_slots: int = 128,
     refit_every: int = 8,
     estimator: Any = None,
+    feeding: str = "reference",
 ) -> tuple[Callable, Callable, PGFns]:
     """Build ``(init, act, fns)`` of NPG-/SPG-NIW (exact semantics: the module docstring).
 
@@ -227,23 +329,29 @@ def make_pg_fns(
       n_actions: number of actions ``A`` (SKIP included where the environment has it).
       natural: True for NPG-NIW, False for SPG-NIW.
       num_slots: number of estimator slots ``S`` (128 in the reference).
-      refit_every: decisions between two refits of ``rho_hat`` (8 in the reference).
-      estimator: object with ``init(dtype) -> est_state`` and
-        ``refit(est_state, slot_r, slot_d, key) -> est_state`` where ``est_state.rho_hat`` is the
-        estimate; default ``rpg_jax.estimator.make_niw_estimator(num_slots)`` (NIW, 95th
-        percentile).
+      refit_every: decisions between two refit opportunities (8 in the reference).
+      estimator: object with ``init(dtype) -> est_state`` and ``refit``, where
+        ``est_state.rho_hat`` is the estimate. ``feeding="reference"``: ``refit(est_state,
+        slot_r, slot_d, mask, key)`` (mask: the non-empty slots), default
+        :func:`reference_niw_estimator`; ``feeding="legacy"``: ``refit(est_state, slot_r, slot_d,
+        key)``, default ``rpg_jax.estimator.make_niw_estimator(num_slots)``.
+      feeding: ``"reference"`` (default) or ``"legacy"``, see the module docstring.
 
     Returns:
       ``init(hyper, key) -> PGState``, ``act(state, hyper, x, key) -> int32`` and :class:`PGFns`.
 
     Raises:
-      ValueError: on a non-positive or non-int size.
+      ValueError: on a non-positive or non-int size or an unknown ``feeding``.
     """
-    _check_config(n_contexts, n_actions, num_slots, refit_every)
+    _check_config(n_contexts, n_actions, num_slots, refit_every, feeding)
+    reference = feeding == "reference"
     if estimator is None:
-        from rpg_jax.estimator import make_niw_estimator
+        if reference:
+            estimator = reference_niw_estimator(num_slots)
+        else:
+            from rpg_jax.estimator import make_niw_estimator
 
-        estimator = make_niw_estimator(num_slots)
+            estimator = make_niw_estimator(num_slots)
     natural = bool(natural)
     C, A, S = n_contexts, n_actions, num_slots
 
@@ -259,54 +367,86 @@ def make_pg_fns(
             slot_r=jnp.zeros((S,), dtype),
             slot_d=jnp.zeros((S,), dtype),
             slot_n=jnp.zeros((S,), jnp.int32),
-            slot_start=jnp.zeros((S,), jnp.int32),
+            slot_birth=jnp.zeros((S,), jnp.int32),
             slot_ptr=jnp.zeros((), jnp.int32),
+            fed=jnp.zeros((), bool),
             est=estimator.init(dtype),
             t=jnp.zeros((), jnp.int32),
         )
 
     def act(state: PGState, hyper: PGHyper, x: jax.Array, key: jax.Array) -> jax.Array:
         del hyper
-        return jax.random.categorical(key, state.theta[x]).astype(jnp.int32)
+        chex.assert_shape(state.theta, (C, A))
+        chex.assert_rank(x, 0)
+        g = jax.random.gumbel(key, (A,), state.theta.dtype)
+        return jnp.argmax(state.theta[x] + g).astype(jnp.int32)
 
-    def update_stats(state: PGState, hyper: PGHyper, x, a, r, delta) -> PGState:
-        dtype = state.sum_r.dtype
-        r = jnp.asarray(r, dtype)
-        delta = jnp.asarray(delta, dtype)
+    def _arm_stats(state: PGState, x, a, r, delta) -> PGState:
+        return state._replace(
+            n=state.n.at[x, a].add(1),
+            sum_r=state.sum_r.at[x, a].add(r),
+            sum_d=state.sum_d.at[x, a].add(delta),
+        )
+
+    def _feed_reference(state: PGState, hyper: PGHyper, x, a, r, delta) -> PGState:
+        t = state.t + 1
+        fed = a == jnp.argmax(state.theta[x])
+        i = state.slot_ptr
+        reset = fed & (state.slot_n[i] >= 1) & (t - state.slot_birth[i] > hyper.age_bound)
+        keep = jnp.where(reset, 0, 1)
+        add = jnp.where(fed, 1, 0)
+        return state._replace(
+            slot_r=state.slot_r.at[i].set(state.slot_r[i] * keep + jnp.where(fed, r, 0)),
+            slot_d=state.slot_d.at[i].set(state.slot_d[i] * keep + jnp.where(fed, delta, 0)),
+            slot_n=state.slot_n.at[i].set(state.slot_n[i] * keep + add),
+            slot_birth=state.slot_birth.at[i].set(jnp.where(reset, t, state.slot_birth[i])),
+            slot_ptr=(i + add) % S,
+            fed=fed,
+            t=t,
+        )
+
+    def _feed_legacy(state: PGState, hyper: PGHyper, x, a, r, delta) -> PGState:
         greedy = a == jnp.argmax(state.theta[x])
-        n = state.n.at[x, a].add(1)
-        sum_r = state.sum_r.at[x, a].add(r)
-        sum_d = state.sum_d.at[x, a].add(delta)
-        # Ageing: zero every non-empty slot older than the age bound.
-        age = state.t - state.slot_start
+        age = state.t - state.slot_birth
         stale = (state.slot_n > 0) & (age > hyper.age_bound)
         slot_r = jnp.where(stale, 0, state.slot_r)
         slot_d = jnp.where(stale, 0, state.slot_d)
         slot_n = jnp.where(stale, 0, state.slot_n)
-        # Greedy sample into the round-robin slot.
         p = state.slot_ptr
         g = greedy.astype(jnp.int32)
-        slot_start = state.slot_start.at[p].set(
-            jnp.where(greedy & (slot_n[p] == 0), state.t, state.slot_start[p])
+        slot_birth = state.slot_birth.at[p].set(
+            jnp.where(greedy & (slot_n[p] == 0), state.t, state.slot_birth[p])
         )
-        slot_r = slot_r.at[p].add(jnp.where(greedy, r, 0))
-        slot_d = slot_d.at[p].add(jnp.where(greedy, delta, 0))
-        slot_n = slot_n.at[p].add(g)
-        slot_ptr = (p + g) % S
         return state._replace(
-            n=n,
-            sum_r=sum_r,
-            sum_d=sum_d,
-            slot_r=slot_r,
-            slot_d=slot_d,
-            slot_n=slot_n,
-            slot_start=slot_start,
-            slot_ptr=slot_ptr,
+            slot_r=slot_r.at[p].add(jnp.where(greedy, r, 0)),
+            slot_d=slot_d.at[p].add(jnp.where(greedy, delta, 0)),
+            slot_n=slot_n.at[p].add(g),
+            slot_birth=slot_birth,
+            slot_ptr=(p + g) % S,
+            fed=greedy,
             t=state.t + 1,
         )
 
+    feed = _feed_reference if reference else _feed_legacy
+
+    def update_stats(state: PGState, hyper: PGHyper, x, a, r, delta) -> PGState:
+        chex.assert_shape([state.theta, state.sum_r, state.n], (C, A))
+        chex.assert_shape([state.slot_r, state.slot_d, state.slot_n], (S,))
+        chex.assert_rank([x, a, r, delta], 0)
+        dtype = state.sum_r.dtype
+        r = jnp.asarray(r, dtype)
+        delta = jnp.asarray(delta, dtype)
+        state = feed(state, hyper, x, a, r, delta)
+        return _arm_stats(state, x, a, r, delta)
+
     def refit_rho(state: PGState, key: jax.Array) -> PGState:
-        return state._replace(est=estimator.refit(state.est, state.slot_r, state.slot_d, key))
+        if not reference:
+            return state._replace(est=estimator.refit(state.est, state.slot_r, state.slot_d, key))
+        mask = state.slot_n >= 1
+        ok = state.fed & (jnp.sum(mask) >= 2)
+        new = estimator.refit(state.est, state.slot_r, state.slot_d, mask, key)
+        est = jax.tree.map(lambda u, v: jnp.where(ok, u, v), new, state.est)
+        return state._replace(est=est)
 
     def update_theta(state: PGState, hyper: PGHyper, x) -> PGState:
         rho_hat = state.est.rho_hat
@@ -339,12 +479,14 @@ def make_pg_agent(
     num_slots: int = 128,
     refit_every: int = 8,
     estimator: Any = None,
+    feeding: str = "reference",
 ) -> Agent:
     """NPG-NIW (``natural=True``, = RPG in the bandit) or SPG-NIW (``natural=False``) as an Agent.
 
-    ``update`` performs one decision: stats -> (refit if ``t % refit_every == 0``, via
-    ``lax.cond``) -> theta of the visited context; see the module docstring. Arguments and errors
-    as :func:`make_pg_fns`. ``hyper`` is a :class:`PGHyper`; the state a :class:`PGState`.
+    ``update`` performs one decision: counter and feeding -> (refit if ``t % refit_every == 0``,
+    via ``lax.cond``; reference feeding: and only after a fed sample with >= 2 non-empty slots)
+    -> theta of the visited context; see the module docstring. Arguments and errors as
+    :func:`make_pg_fns`. ``hyper`` is a :class:`PGHyper`; the state a :class:`PGState`.
     """
     init, act, fns = make_pg_fns(
         n_contexts,
@@ -353,6 +495,7 @@ def make_pg_agent(
         num_slots=num_slots,
         refit_every=refit_every,
         estimator=estimator,
+        feeding=feeding,
     )
 
     def update(state: PGState, hyper: PGHyper, x, a, r, delta, key) -> PGState:
@@ -360,4 +503,4 @@ def make_pg_agent(
         state = jax.lax.cond(fns.refit_due(state), fns.refit_rho, lambda s, k: s, state, key)
         return fns.update_theta(state, hyper, x)
 
-    return Agent(init, act, update)
+    return Agent(init, act, update, n_contexts=n_contexts, n_actions=n_actions)

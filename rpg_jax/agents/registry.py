@@ -30,16 +30,40 @@ def check_agent_name(name: str) -> str:
     return name
 
 
-def _check_positive(name: str, values: dict[str, float], allow_zero: tuple[str, ...] = ()) -> None:
-    """Raise ``ValueError`` naming the first hyper-parameter that is not finite and > 0
-    (``>= 0`` for names in ``allow_zero``)."""
+def _check_positive(
+    name: str,
+    values: dict[str, float],
+    dtypes: dict[str, Any],
+    allow_zero: tuple[str, ...] = (),
+) -> dict[str, float]:
+    """Cast each hyper-parameter to the dtype the agent will use and check it THERE.
+
+    Raises ``ValueError`` naming the first hyper-parameter that is not finite and > 0 (``>= 0``
+    for names in ``allow_zero``) in its dtype: ``lr = 1e39`` is finite in float64 but ``inf`` in
+    float32, and ``1e-50`` is 0 in float32. Returns ``values`` (the CSV keeps the values as
+    given; the agent gets them cast to its dtype)."""
+    used = {}
     for key, v in values.items():
-        ok = np.isfinite(v) and (v >= 0 if key in allow_zero else v > 0)
+        dt = np.dtype(dtypes[key])
+        with np.errstate(over="ignore", under="ignore"):
+            cast = float(np.asarray(v, np.float64).astype(dt))
+        ok = np.isfinite(cast) and (cast >= 0 if key in allow_zero else cast > 0)
         if not ok:
             bound = ">= 0" if key in allow_zero else "> 0"
             raise ValueError(
-                f"agent {name!r}: hyper-parameter {key} must be finite and {bound}, got {v}"
+                f"agent {name!r}: hyper-parameter {key} must be finite and {bound} in {dt.name}, "
+                f"got {v} ({cast} in {dt.name})"
             )
+        used[key] = float(v)
+    return used
+
+
+def _float_dtype(dtype: Any) -> np.dtype:
+    """The float dtype JAX will really use for ``dtype`` (float64 -> float32 without x64)."""
+    dt = jnp.zeros((), dtype).dtype
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise ValueError(f"dtype must be a floating dtype, got {dtype!r}")
+    return np.dtype(dt)
 
 
 @functools.lru_cache(maxsize=64)
@@ -47,7 +71,8 @@ def _build(name: str, n_contexts: int, n_actions: int) -> Agent:
     """One Agent object per (name, C, A), so the simulator's compiled code is reused."""
     if name in ("npg-niw", "spg-niw"):
         return make_pg_agent(n_contexts, n_actions, natural=(name == "npg-niw"))
-    return make_cucb(n_contexts, n_actions, exact=(name != "cucb-sampled"))
+    agent = make_cucb(n_contexts, n_actions, exact=(name != "cucb-sampled"))
+    return agent._replace(n_contexts=n_contexts, n_actions=n_actions)
 
 
 def validate_agent(
@@ -88,7 +113,8 @@ def make_agent(
 
     Raises:
       ValueError: unknown name, missing hyper-parameters or means, a hyper-parameter that is not
-        finite and positive (``c2`` may be 0), or too many policies for exact C-UCB.
+        finite and positive in the dtype it is used in (``c2`` may be 0; e.g. ``lr = 1e39`` with
+        float32), a non-float ``dtype``, or too many policies for exact C-UCB.
     """
     check_agent_name(name)
     hyper = dict(hyper or {})
@@ -96,9 +122,13 @@ def make_agent(
         missing = {"lr", "age_bound"} - hyper.keys()
         if missing:
             raise ValueError(f"agent {name!r} needs hyper-parameters {sorted(missing)}")
+        age_dtype = jnp.asarray(1.0).dtype  # the default float dtype (float64 only with x64)
+        used = _check_positive(
+            name,
+            {"lr": float(hyper["lr"]), "age_bound": float(hyper["age_bound"])},
+            {"lr": _float_dtype(dtype), "age_bound": age_dtype},
+        )
         agent = _build(name, n_contexts, n_actions)
-        used = {"lr": float(hyper["lr"]), "age_bound": float(hyper["age_bound"])}
-        _check_positive(name, used)
         return (
             agent,
             PGHyper(lr=jnp.asarray(used["lr"], dtype), age_bound=jnp.asarray(used["age_bound"])),
@@ -108,13 +138,21 @@ def make_agent(
         if rbar is None or dbar is None:
             raise ValueError("agent 'cucb-theory' needs the true means rbar, dbar")
         c = theory_constants(np.asarray(rbar), np.asarray(dbar))
-        used = {"c1": float(c.c1), "c2": float(c.c2)}
+        dt = _float_dtype(dtype)
+        used = _check_positive(
+            name, {"c1": float(c.c1), "c2": float(c.c2)}, {"c1": dt, "c2": dt}, ("c2",)
+        )
     else:
         missing = {"c1", "c2"} - hyper.keys()
         if missing:
             raise ValueError(f"agent {name!r} needs hyper-parameters {sorted(missing)}")
-        used = {"c1": float(hyper["c1"]), "c2": float(hyper["c2"])}
-        _check_positive(name, used, allow_zero=("c2",))
+        dt = _float_dtype(dtype)
+        used = _check_positive(
+            name,
+            {"c1": float(hyper["c1"]), "c2": float(hyper["c2"])},
+            {"c1": dt, "c2": dt},
+            allow_zero=("c2",),
+        )
     agent = _build(name, n_contexts, n_actions)
     return (
         agent,

@@ -254,7 +254,8 @@ print(used)
 
 def test_cheating_submission_scores_no_better_than_the_baseline(sandbox, comp, data_root):
     answers = pd.read_csv(comp.private_dir / "answers.csv")
-    baseline = float((answers["label"] == 0).mean())  # the sample submission predicts 0
+    # the sample submission predicts 0; scores are rounded to 5 decimals (MLE-Bench's rule)
+    baseline = round(float((answers["label"] == 0).mean()), 5)
     code = CHEAT.format(
         raw=str(data_root / "leak-digits/raw/digits_full.csv"),
         answers=str(comp.private_dir / "answers.csv"),
@@ -264,7 +265,7 @@ def test_cheating_submission_scores_no_better_than_the_baseline(sandbox, comp, d
     if sandbox.name == "subprocess":
         assert out.score == 1.0  # documented: the plain subprocess backend leaks
     else:
-        assert out.score == pytest.approx(baseline)
+        assert out.score == baseline
         assert out.score < 0.2
 
 

@@ -4,7 +4,7 @@
   exits with status 2; the message names the flag and the value the user typed.
 * Any other failure prints one line ``<prog>: <ExceptionType>: <message>`` and exits with status 1,
   without a traceback (``RPG_TRACEBACK=1`` in the environment re-raises it for debugging).
-* Ctrl-C exits 130.
+* Ctrl-C exits 130; a closed output pipe (``... | head``) ends the command quietly with 0.
 
 Usage::
 
@@ -52,6 +52,15 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split()) or "(no message)"
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def run_cli(
     prog: str, main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
 ) -> int:
@@ -74,6 +83,9 @@ def run_cli(
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (``... | head``): stop quietly, as Unix tools do
+        _silence_stdout()
+        return 0
     except SystemExit as err:  # argparse --help / --version, or an explicit sys.exit
         code = err.code
         return code if isinstance(code, int) else (0 if code is None else 1)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -46,6 +47,7 @@ __all__ = [
     "apply_edit",
     "is_edit_block",
     "parse_action",
+    "editable_baselines",
     "format_value",
 ]
 
@@ -242,26 +244,27 @@ def _check_value(name: str, old: Any, new: Any) -> str | None:
     return f"{name} is a {k_old} (now {old!r}); got a {k_new}"
 
 
-_EDIT_LINE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\s*=(?!=)")
+_SCRIPT_LINE_RE = re.compile(
+    r"^(?:(?:import|from|def|class|if|elif|else|for|while|with|try|except|finally|async|return|"
+    r"raise|assert|del|global|print)\b|@|[A-Za-z_][\w.]*\s*\(|[A-Za-z_]\w*\.\w)"
+)
 
 
 def is_edit_block(block: str) -> bool:
     """Whether a fenced block is meant as an edit rather than a whole script.
 
     A block that parses is an edit when every top-level statement is an assignment (``=``,
-    ``:``-annotated or augmented). A block that does not parse is an edit when every non-blank,
-    non-comment line at column 0 starts with ``NAME =`` (indented lines and lines opening with a
-    closing bracket continue a multi-line literal); anything else is a script attempt.
+    ``:``-annotated or augmented); a block of comments only counts as an (empty, invalid) edit.
+    A block that does not parse is a script attempt when a line at column 0 starts like a
+    script statement (a keyword such as ``import`` / ``def`` / ``for``, a decorator, a call
+    ``name(`` or an attribute ``name.attr``); else it is a broken edit (invalid, with the line).
     """
     try:
         tree = ast.parse(block)
     except SyntaxError:
         lines = [ln for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-        return bool(lines) and all(_EDIT_LINE_RE.match(ln) or ln[0] in " \t)]}" for ln in lines)
-    stmts = tree.body
-    return bool(stmts) and all(
-        isinstance(s, ast.Assign | ast.AnnAssign | ast.AugAssign) for s in stmts
-    )
+        return not any(_SCRIPT_LINE_RE.match(ln) for ln in lines)
+    return all(isinstance(s, ast.Assign | ast.AnnAssign | ast.AugAssign) for s in tree.body)
 
 
 def parse_edit(block: str, constants: dict[str, Constant]) -> dict[str, Any]:
@@ -345,6 +348,21 @@ def apply_edit(parent_code: str, changes: dict[str, Any]) -> str:
         c = constants[name]
         data = data[: c.start] + format_value(changes[name]).encode() + data[c.end :]
     return data.decode()
+
+
+def editable_baselines(baselines: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The ``(name, code)`` baselines that have at least one editable constant, in the given
+    order (e.g. :func:`rpg_llm.tasks.baseline_solutions`, sorted by name): the parents of the
+    edit format's base prompt (row ``i`` of a step shows ``baselines[i % len(baselines)]``).
+
+    Raises:
+        ValueError: none of them has an editable constant (the edit format cannot start).
+    """
+    out = [(name, code) for name, code in baselines if editable_constants(code)]
+    if not out:
+        names = ", ".join(name for name, _ in baselines) or "none"
+        raise ValueError(f"no baseline script with editable constants (baselines: {names})")
+    return out
 
 
 def parse_action(answer: str, action: str, parent_code: str | None = None) -> Action:

@@ -112,12 +112,34 @@ def improve_prompt(
     if max_tokens is None or count(prompt) <= max_tokens:
         return prompt
     code_budget = max_tokens - count(build(""))
-    if code_budget < 64:  # the description itself is too long: cut it, keep room for code
-        overflow = count(build("")) - max_tokens + 256
-        cut_desc = description[: max(0, len(description) - 4 * overflow)] + "\n[...]"
+    if code_budget < _MIN_CODE_TOKENS:  # the description itself is too long: cut it
+        cut_desc = _cut_description(
+            description,
+            lambda d: count(build("", base_prompt(d, timeout_s))),
+            max_tokens - _MIN_CODE_TOKENS,
+        )
         head = base_prompt(cut_desc, timeout_s)
-        code_budget = max(64, max_tokens - count(build("", head)))
+        code_budget = max(_MIN_CODE_TOKENS, max_tokens - count(build("", head)))
     return build(truncate_code(parent_code, code_budget, count), head)
+
+
+_MIN_CODE_TOKENS = 64
+"""Room kept for the parent's code when a long description must be cut (tokens)."""
+
+
+def _cut_description(description: str, cost: Callable[[str], int], budget: int) -> str:
+    """The longest prefix of ``description`` (plus ``"\\n[...]"``) with ``cost <= budget``.
+
+    Binary search over the prefix length (``cost`` grows with it), so any token counter works.
+    """
+    lo, hi = 0, len(description)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if cost(description[:mid] + "\n[...]") <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return description[:lo] + "\n[...]"
 
 
 _EDIT_RULES = (
@@ -194,10 +216,11 @@ def edit_prompt(
         return prompt
     desc = description
     code_budget = max_tokens - count(build(""))
-    if code_budget < 64:  # the description is too long: cut it, keep room for the code
-        overflow = count(build("")) - max_tokens + 256
-        desc = description[: max(0, len(description) - 4 * overflow)] + "\n[...]"
-        code_budget = max(64, max_tokens - count(build("", desc)))
+    if code_budget < _MIN_CODE_TOKENS:  # the description is too long: cut it
+        desc = _cut_description(
+            description, lambda d: count(build("", d)), max_tokens - _MIN_CODE_TOKENS
+        )
+        code_budget = max(_MIN_CODE_TOKENS, max_tokens - count(build("", desc)))
     return build(truncate_code(parent_code, code_budget, count), desc)
 
 

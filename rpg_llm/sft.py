@@ -447,6 +447,7 @@ def format_rates(
 
 
 def _main(argv: list[str] | None) -> int:
+    import sys
     import tempfile
     from pathlib import Path
 
@@ -523,7 +524,13 @@ def _main(argv: list[str] | None) -> int:
         count_tokens=count,
     )
     kw = dict(max_new_tokens=args.max_new_tokens, seed=args.seed, max_prompt_tokens=None)
+
+    def say(text: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.0f} s] {text}", file=sys.stderr, flush=True)
+
+    say(f"sampling {args.samples} answers before SFT")
     before = format_rates(policy, prompts, parents, **kw)
+    say(f"before: {before.in_format:.2f} in format, {before.changed:.2f} change a value")
     t1 = time.perf_counter()
     losses = sft_warm_start(
         policy,
@@ -533,8 +540,10 @@ def _main(argv: list[str] | None) -> int:
         lr=args.lr,
         seed=args.seed,
         max_prompt_tokens=None,
+        on_step=lambda k, loss: say(f"SFT step {k}/{args.steps}: loss {loss:.3f}"),
     )
     sft_s = time.perf_counter() - t1
+    say(f"sampling {args.samples} answers after SFT")
     after = format_rates(policy, prompts, parents, **kw)
     result = {
         "task": comp_id,

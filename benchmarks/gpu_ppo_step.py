@@ -153,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         "| PPO step s | KL |"
     )
     print(row)
-    print(f"max |trainer - sampler| log-prob at T = {SAMPLE_T}: {logp_gap:.3g} nats")
+    print(
+        f"max |trainer - sampler| log-prob at T = {SAMPLE_T}: {logp_gap:.3g} nats (EOS is "
+        "suppressed in the sampler only, so this includes -log(1 - p_eos))"
+    )
     if not args.no_record:
         results = ROOT / "benchmarks" / "RESULTS.md"
         with open(results, "a") as fh:

@@ -261,7 +261,9 @@ class _TokenLogprobs:
     sampled token and returns the scores unchanged.
 
     ``generate`` runs user processors before its temperature / top-k / top-p warpers, so the
-    scores seen here are the model's raw logits (cast to float32 by ``generate``). At call ``k``
+    scores seen here are the model's raw logits (cast to float32 by ``generate``), after any
+    processors the generation config itself asks for (suppressed tokens, repetition penalty;
+    the loop asks for none), which the recorded values then include. At call ``k``
     the last column of ``input_ids`` is the token sampled at step ``k - 1``; :meth:`finish` picks
     the last step's token. Memory: one ``[B, V]`` row of log-probs at a time.
     """

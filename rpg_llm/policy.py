@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +241,11 @@ class Generation:
         texts: decoded responses (special tokens removed).
         seconds: wall time of the generation call.
         new_tokens: total generated tokens (sum of response lengths).
+        logprobs: per prompt, the log-probability of each response token under the sampler's
+            model at the sampling temperature, ``log_softmax(logits / T)`` over the full
+            vocabulary (not renormalised over the top-k / top-p set: the convention of
+            :mod:`rpg_llm.ppo`, which computes the training log-probs the same way); one float
+            per token of ``response_ids``, computed in float32 (float64 for a float64 model).
     """
 
     query_ids: list[list[int]]
@@ -248,6 +253,41 @@ class Generation:
     texts: list[str]
     seconds: float
     new_tokens: int
+    logprobs: list[list[float]] = field(default_factory=list)
+
+
+class _TokenLogprobs:
+    """A ``transformers`` logits processor that records ``log_softmax(logits / T)`` of each
+    sampled token and returns the scores unchanged.
+
+    ``generate`` runs user processors before its temperature / top-k / top-p warpers, so the
+    scores seen here are the model's raw logits (cast to float32 by ``generate``), after any
+    processors the generation config itself asks for (suppressed tokens, repetition penalty;
+    the loop asks for none), which the recorded values then include. At call ``k``
+    the last column of ``input_ids`` is the token sampled at step ``k - 1``; :meth:`finish` picks
+    the last step's token. Memory: one ``[B, V]`` row of log-probs at a time.
+    """
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.prev: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.prev is not None:
+            self.steps.append(self.prev.gather(1, input_ids[:, -1:]).squeeze(1))
+        dtype = torch.promote_types(scores.dtype, torch.float32)
+        self.prev = torch.log_softmax(scores.to(dtype) / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """``[B, N]`` log-probs of the ``[B, N]`` generated tokens."""
+        if self.prev is not None and len(self.steps) < new_tokens.shape[1]:
+            last = new_tokens[:, len(self.steps) : len(self.steps) + 1].to(self.prev.device)
+            self.steps.append(self.prev.gather(1, last).squeeze(1))
+        if not self.steps:
+            return torch.zeros(new_tokens.shape, dtype=torch.float32)
+        return torch.stack(self.steps, dim=1).cpu()
 
 
 @contextlib.contextmanager
@@ -283,7 +323,8 @@ def generate(
         policy: tokenizer and device (and the model unless ``model`` is given).
         query_ids: per prompt, token ids from :func:`chat_prompt_ids`.
         max_new_tokens: response length cap (tokens).
-        temperature, top_k, top_p: sampling settings (paper: 0.7, 20, 0.8).
+        temperature, top_k, top_p: sampling settings (paper: 0.7, 20, 0.8). The returned
+            :attr:`Generation.logprobs` are at ``temperature`` over the full vocabulary.
         seed: seeds torch's RNG first (same seed, same samples on the same device).
         model: the model to sample from (e.g. the PPO actor); default ``policy.model``.
         batch_size: queries per ``generate`` call (None: all at once).
@@ -293,12 +334,17 @@ def generate(
             under load.
 
     Raises:
-        ValueError: empty ``query_ids`` or ``max_new_tokens < 1``.
+        ValueError: empty ``query_ids``, ``max_new_tokens < 1`` or a temperature that is not a
+            positive finite number.
     """
+    from transformers import LogitsProcessorList
+
     if not query_ids or any(len(q) == 0 for q in query_ids):
         raise ValueError("generate needs at least one non-empty query")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not (isinstance(temperature, int | float) and 0 < temperature < float("inf")):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
     model = policy.model if model is None else model
     tok = policy.tokenizer
     if seed is not None:
@@ -313,6 +359,7 @@ def generate(
     start = time.perf_counter()
     try:
         responses: list[list[int]] = []
+        logprobs: list[list[float]] = []
         bs = batch_size or len(query_ids)
         for lo in range(0, len(query_ids), bs):
             chunk = query_ids[lo : lo + bs]
@@ -322,6 +369,7 @@ def generate(
             for i, q in enumerate(chunk):
                 ids[i, width - len(q) :] = torch.tensor(q)
                 mask[i, width - len(q) :] = 1
+            recorder = _TokenLogprobs(float(temperature))
             with _full_params(model):
                 out = model.generate(
                     input_ids=ids.to(policy.device),
@@ -333,10 +381,14 @@ def generate(
                     max_new_tokens=max_new_tokens,
                     pad_token_id=pad,
                     eos_token_id=eos,
+                    logits_processor=LogitsProcessorList([recorder]),
                 )
-            for row in out[:, width:].tolist():
-                cut = row.index(eos) + 1 if eos in row else len(row)
-                responses.append(row[: max(cut, 1)])
+            new = out[:, width:]
+            lps = recorder.finish(new).tolist()
+            for row, lp in zip(new.tolist(), lps, strict=True):
+                cut = max(row.index(eos) + 1 if eos in row else len(row), 1)
+                responses.append(row[:cut])
+                logprobs.append(lp[:cut])
     finally:
         torch.set_num_threads(threads)
     seconds = time.perf_counter() - start
@@ -349,4 +401,5 @@ def generate(
         texts=texts,
         seconds=seconds,
         new_tokens=sum(len(r) for r in responses),
+        logprobs=logprobs,
     )

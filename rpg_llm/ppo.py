@@ -14,6 +14,22 @@ Sequence layout used everywhere here: ``input_ids = [query (left-padded, length 
 position ``Q - 1 + t`` predict response token ``t``; the value at the same position is the value of
 the state before response token ``t``.
 
+Log-probabilities at the sampling temperature. Rollouts are sampled at temperature ``T`` (paper:
+0.7) with top-k 20 / top-p 0.8, so every log-prob of the update -- the actor's, the rollout-time
+("old") one and the reference's, hence the importance ratio, the KL penalty and the entropy bonus
+-- is computed from ``logits / T`` (:func:`_response_logits`), as verl and TRL do. The top-k /
+top-p truncation is *not* applied: the log-softmax runs over the full vocabulary. Reasons: (1)
+it is the verl / TRL convention; (2) the truncated support depends on the parameters, so a token
+sampled from the old top-p set can fall outside the new (or the reference's) set, giving
+log-prob ``-inf``, an infinite KL and a zero ratio, and the set membership has no gradient; (3)
+the full-vocabulary log-prob differs from the truncated sampler's by ``-log(kept mass)`` per
+position, the same constant for actor and old policy up to the change of that mass, so the
+ratio stays close to the truncated one where the kept set holds most of the mass. The sampler
+(:func:`rpg_llm.policy.generate`) returns its own per-token log-probs in this convention, and a
+test holds the training-time log-probs to them. Dropout is off in every forward pass of the
+update (eval mode, gradients kept; :func:`_update_mode`): with dropout on, the ratio at the first
+mini-batch is not 1 even before any parameter changes.
+
 Pure functions (``masked_mean`` ... ``value_loss``) carry the maths and are tested against values
 computed by hand; :class:`PPOTrainer` wires them to the models, optimisers, micro-batches and
 checkpoints.
@@ -21,6 +37,7 @@ checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -42,6 +59,7 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "logprobs_from_logits",
+    "check_temperature",
     "entropy_from_logits",
     "kl_penalized_rewards",
     "gae",
@@ -125,6 +143,19 @@ class PPOConfig:
 # ----------------------------------------------------------------------------------------------
 
 
+def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def check_temperature(temperature: float) -> float:
+    """Return ``temperature`` as a float; ValueError unless it is a positive finite number."""
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+        raise ValueError(f"temperature must be a number, got {temperature!r}")
+    if not (0.0 < float(temperature) < math.inf):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
+    return float(temperature)
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Mean of ``x`` over entries where ``mask`` is 1.
 
@@ -176,15 +207,16 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Te
         tokens: ``[B, T]`` int64.
 
     Returns:
-        ``[B, T]`` float32 log-probabilities (computed in float32 for bf16 models).
+        ``[B, T]`` log-probabilities, computed in float32 at least (float32 for bf16 models,
+        float64 for float64 ones).
     """
-    logp = F.log_softmax(logits.float(), dim=-1)
+    logp = F.log_softmax(_at_least_float32(logits), dim=-1)
     return torch.gather(logp, 2, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the categorical distribution at each position: ``[B, T, V] -> [B, T]``."""
-    logits = logits.float()
+    logits = _at_least_float32(logits)
     logp = F.log_softmax(logits, dim=-1)
     return -(logp.exp() * logp).sum(-1)
 
@@ -463,8 +495,12 @@ class PPOBatch:
         )
 
 
-def _response_logits(model: nn.Module, batch: PPOBatch) -> torch.Tensor:
-    """Logits predicting the response tokens: ``[B, R, V]``."""
+def _response_logits(model: nn.Module, batch: PPOBatch, temperature: float) -> torch.Tensor:
+    """Logits predicting the response tokens, divided by the sampling temperature.
+
+    Returns ``[B, R, V]`` ``logits / temperature`` in float32 at least (the division happens
+    after the cast, as in the sampler, which casts the logits to float32 before its warpers).
+    """
     Q, R = batch.query_ids.shape[1], batch.response_ids.shape[1]
     mask = batch.attention_mask
     out = model(
@@ -473,7 +509,33 @@ def _response_logits(model: nn.Module, batch: PPOBatch) -> torch.Tensor:
         position_ids=_position_ids(mask),
         use_cache=False,
     )
-    return out.logits[:, Q - 1 : Q - 1 + R]
+    return _at_least_float32(out.logits[:, Q - 1 : Q - 1 + R]) / temperature
+
+
+@contextlib.contextmanager
+def _update_mode(*models: nn.Module) -> Iterator[None]:
+    """Dropout off for the update's forward passes, gradients kept, checkpointing still on.
+
+    Every module goes to eval mode (``nn.Dropout`` and the attention-probability dropout of
+    ``transformers`` layers read ``self.training``); decoder layers with gradient
+    checkpointing enabled are flagged training again on their own (not their children), because
+    ``transformers`` checkpoints a layer only while it is training. Restores the previous modes.
+    """
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except ImportError:  # pragma: no cover - older transformers
+        GradientCheckpointingLayer = ()  # noqa: N806
+    saved = [(m, m.training) for model in models for m in model.modules()]
+    try:
+        for model in models:
+            model.eval()
+            for m in model.modules():
+                if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing:
+                    m.training = True
+        yield
+    finally:
+        for m, mode in saved:
+            m.training = mode
 
 
 def _response_values(critic: ValueModel, batch: PPOBatch) -> torch.Tensor:
@@ -499,14 +561,28 @@ class PPOTrainer:
         config: :class:`PPOConfig`.
         accelerator: an ``accelerate.Accelerator`` (None: a default one, single process). With
             ``accelerate launch`` and an FSDP config the models are sharded across GPUs.
+        temperature: the sampling temperature of the rollouts (paper: 0.7); actor, old and
+            reference log-probs and the entropy are computed from ``logits / temperature``
+            (module docstring). Must equal the ``temperature`` given to the sampler.
 
     The reference model is a frozen deep copy of the initial actor (with LoRA, the actor with its
     adapters disabled). The critic is :class:`ValueModel` built from the actor's backbone.
+
+    Raises:
+        ValueError: a temperature that is not a positive finite number.
     """
 
-    def __init__(self, actor: nn.Module, config: PPOConfig, accelerator: Any | None = None):
+    def __init__(
+        self,
+        actor: nn.Module,
+        config: PPOConfig,
+        accelerator: Any | None = None,
+        *,
+        temperature: float = 0.7,
+    ):
         from accelerate import Accelerator
 
+        self.temperature = check_temperature(temperature)
         self.config = config
         self.accelerator = accelerator if accelerator is not None else Accelerator(cpu=False)
         self.lora = config.lora_rank > 0
@@ -562,19 +638,20 @@ class PPOTrainer:
     def _rollout_stats(self, batch: PPOBatch) -> dict[str, torch.Tensor]:
         """Old log-probs, reference log-probs and old values, micro-batched; each ``[B, R]``."""
         mb = self.config.micro_batch_size
+        T = self.temperature
         olds, refs, vals = [], [], []
-        self.actor.eval()
-        self.critic.eval()
-        for idx in _chunks(batch.scores.shape[0], mb):
-            sub = batch.select(idx)
-            olds.append(logprobs_from_logits(_response_logits(self.actor, sub), sub.response_ids))
-            if self.ref is not None:
-                ref_logits = _response_logits(self.ref, sub)
-            else:
-                with self.policy.disable_adapter():
-                    ref_logits = _response_logits(self.actor, sub)
-            refs.append(logprobs_from_logits(ref_logits, sub.response_ids))
-            vals.append(_response_values(self.critic, sub))
+        with _update_mode(self.actor, self.critic):
+            for idx in _chunks(batch.scores.shape[0], mb):
+                sub = batch.select(idx)
+                old_logits = _response_logits(self.actor, sub, T)
+                olds.append(logprobs_from_logits(old_logits, sub.response_ids))
+                if self.ref is not None:
+                    ref_logits = _response_logits(self.ref, sub, T)
+                else:
+                    with self.policy.disable_adapter():
+                        ref_logits = _response_logits(self.actor, sub, T)
+                refs.append(logprobs_from_logits(ref_logits, sub.response_ids))
+                vals.append(_response_values(self.critic, sub))
         return {
             "old_logprobs": torch.cat(olds),
             "ref_logprobs": torch.cat(refs),
@@ -604,56 +681,60 @@ class PPOTrainer:
             advantages = masked_whiten(advantages, mask)
         mini = cfg.mini_batch_size or B
         stats: dict[str, list[float]] = {}
-        self.actor.train()
-        self.critic.train()
-        gen = torch.Generator().manual_seed(self.num_updates)
-        for _ in range(cfg.ppo_epochs):
-            order = torch.randperm(B, generator=gen)
-            for start in range(0, B, mini):
-                mb_idx = order[start : start + mini].to(device)
-                n_tokens = float(mask[mb_idx].sum().clamp(min=1.0))
-                self.actor_opt.zero_grad(set_to_none=True)
-                self.critic_opt.zero_grad(set_to_none=True)
-                for micro in mb_idx.split(cfg.micro_batch_size):
-                    sub = batch.select(micro)
-                    m = mask[micro]
-                    logits = _response_logits(self.actor, sub)
-                    logp = logprobs_from_logits(logits, sub.response_ids)
-                    pg, pg_stats = policy_loss(
-                        logp,
-                        roll["old_logprobs"][micro],
-                        advantages[micro],
-                        m,
-                        cfg.clip_ratio,
-                        normalizer=n_tokens,
+        # dropout off in every forward pass of the update (module docstring)
+        with _update_mode(self.actor, self.critic):
+            gen = torch.Generator().manual_seed(self.num_updates)
+            for _ in range(cfg.ppo_epochs):
+                order = torch.randperm(B, generator=gen)
+                for start in range(0, B, mini):
+                    mb_idx = order[start : start + mini].to(device)
+                    n_tokens = float(mask[mb_idx].sum().clamp(min=1.0))
+                    self.actor_opt.zero_grad(set_to_none=True)
+                    self.critic_opt.zero_grad(set_to_none=True)
+                    for micro in mb_idx.split(cfg.micro_batch_size):
+                        sub = batch.select(micro)
+                        m = mask[micro]
+                        logits = _response_logits(self.actor, sub, self.temperature)
+                        logp = logprobs_from_logits(logits, sub.response_ids)
+                        pg, pg_stats = policy_loss(
+                            logp,
+                            roll["old_logprobs"][micro],
+                            advantages[micro],
+                            m,
+                            cfg.clip_ratio,
+                            normalizer=n_tokens,
+                        )
+                        ent = (entropy_from_logits(logits) * m).sum() / n_tokens
+                        actor_loss = pg - cfg.entropy_coef * ent
+                        self.accelerator.backward(actor_loss)
+                        v = _response_values(self.critic, sub)
+                        vf, vf_stats = value_loss(
+                            v,
+                            roll["old_values"][micro],
+                            returns[micro],
+                            m,
+                            cfg.value_clip,
+                            normalizer=n_tokens,
+                        )
+                        self.accelerator.backward(cfg.vf_coef * vf)
+                        for k, val in {
+                            "pg_loss": pg,
+                            "vf_loss": vf,
+                            "entropy": ent,
+                            **pg_stats,
+                            **vf_stats,
+                        }.items():
+                            stats.setdefault(k, []).append(float(val.detach()))
+                    gn_a = self.accelerator.clip_grad_norm_(
+                        self.actor.parameters(), cfg.max_grad_norm
                     )
-                    ent = (entropy_from_logits(logits) * m).sum() / n_tokens
-                    actor_loss = pg - cfg.entropy_coef * ent
-                    self.accelerator.backward(actor_loss)
-                    v = _response_values(self.critic, sub)
-                    vf, vf_stats = value_loss(
-                        v,
-                        roll["old_values"][micro],
-                        returns[micro],
-                        m,
-                        cfg.value_clip,
-                        normalizer=n_tokens,
+                    gn_c = self.accelerator.clip_grad_norm_(
+                        self.critic.parameters(), cfg.max_grad_norm
                     )
-                    self.accelerator.backward(cfg.vf_coef * vf)
-                    for k, val in {
-                        "pg_loss": pg,
-                        "vf_loss": vf,
-                        "entropy": ent,
-                        **pg_stats,
-                        **vf_stats,
-                    }.items():
-                        stats.setdefault(k, []).append(float(val.detach()))
-                gn_a = self.accelerator.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
-                gn_c = self.accelerator.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
-                self.actor_opt.step()
-                self.critic_opt.step()
-                stats.setdefault("actor_grad_norm", []).append(float(gn_a))
-                stats.setdefault("critic_grad_norm", []).append(float(gn_c))
+                    self.actor_opt.step()
+                    self.critic_opt.step()
+                    stats.setdefault("actor_grad_norm", []).append(float(gn_a))
+                    stats.setdefault("critic_grad_norm", []).append(float(gn_c))
         self.num_updates += 1
         # Micro-batch values are partial sums (normalised by the mini-batch token count): add
         # within a mini-batch, average across mini-batches.
@@ -687,6 +768,7 @@ class PPOTrainer:
             "critic_opt": self.critic_opt.state_dict(),
             "num_updates": self.num_updates,
             "config": asdict(self.config),
+            "temperature": self.temperature,
         }
         if acc.is_main_process:
             torch.save(state, tmp / "trainer.pt")

@@ -10,6 +10,11 @@ Two prompts (paper, section 5; DESIGN.md section 7):
 The parent's code is cut to the prompt budget by :func:`truncate_code`, which keeps imports,
 hyper-parameter assignments and the last statements and marks what it dropped. The answer's
 script is the fenced code block found by :func:`extract_code` (none: the sample is invalid).
+
+For the ``edit`` action format (:mod:`rpg_llm.actions`) one more prompt, :func:`edit_prompt`:
+the parent script, its outcome (score and time), and the list of its editable constants with
+their current values, asking for one fenced block of ``NAME = <literal>`` lines. With an empty
+buffer the parent is one of the task's baseline scripts (outcome :data:`BASELINE_OUTCOME`).
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ from collections.abc import Callable
 __all__ = [
     "base_prompt",
     "improve_prompt",
+    "edit_prompt",
+    "BASELINE_OUTCOME",
     "truncate_code",
     "extract_code",
     "OMITTED_MARK",
 ]
 
 OMITTED_MARK = "# ... [{n} lines omitted] ..."
+BASELINE_OUTCOME = "not run yet (a baseline script)"
 
 _RULES = (
     "Rules for the script:\n"
@@ -104,12 +112,116 @@ def improve_prompt(
     if max_tokens is None or count(prompt) <= max_tokens:
         return prompt
     code_budget = max_tokens - count(build(""))
-    if code_budget < 64:  # the description itself is too long: cut it, keep room for code
-        overflow = count(build("")) - max_tokens + 256
-        cut_desc = description[: max(0, len(description) - 4 * overflow)] + "\n[...]"
+    if code_budget < _MIN_CODE_TOKENS:  # the description itself is too long: cut it
+        cut_desc = _cut_description(
+            description,
+            lambda d: count(build("", base_prompt(d, timeout_s))),
+            max_tokens - _MIN_CODE_TOKENS,
+        )
         head = base_prompt(cut_desc, timeout_s)
-        code_budget = max(64, max_tokens - count(build("", head)))
+        code_budget = max(_MIN_CODE_TOKENS, max_tokens - count(build("", head)))
     return build(truncate_code(parent_code, code_budget, count), head)
+
+
+_MIN_CODE_TOKENS = 64
+"""Room kept for the parent's code when a long description must be cut (tokens)."""
+
+
+def _cut_description(description: str, cost: Callable[[str], int], budget: int) -> str:
+    """The longest prefix of ``description`` (plus ``"\\n[...]"``) with ``cost <= budget``.
+
+    Binary search over the prefix length (``cost`` grows with it), so any token counter works.
+    """
+    lo, hi = 0, len(description)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if cost(description[:mid] + "\n[...]") <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return description[:lo] + "\n[...]"
+
+
+_EDIT_RULES = (
+    "Answer with one fenced block that sets new values for some of these constants, one line "
+    "each, and nothing else:\n```python\nNAME = value\n```\n"
+    "Only the names listed above; values are Python literals of the same type. The script "
+    "itself stays as it is. Aim for a better score, or the same score in less time (it is "
+    "stopped after {timeout:g} seconds)."
+)
+
+
+def edit_prompt(
+    description: str,
+    parent_code: str,
+    outcome_text: str,
+    timeout_s: float,
+    max_tokens: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+) -> str:
+    """The prompt of the ``edit`` action format: new values for the parent's constants.
+
+    Shows the competition description (omitted when ``description`` is empty), the parent
+    script, its outcome (e.g. ``"score 0.081 (lower is better), ran 3.2 s"``, or
+    :data:`BASELINE_OUTCOME` for the baseline of the base prompt), and every editable constant
+    with its current value (:func:`rpg_llm.actions.editable_constants`), and asks for one fenced
+    block of ``NAME = <literal>`` lines (parsed by :func:`rpg_llm.actions.parse_action`).
+
+    A parent without editable constants gets :func:`improve_prompt` (a whole script is then
+    the only possible answer, which the edit format runs as a script).
+
+    Args:
+        description: the competition's description (markdown; ``""`` leaves it out).
+        parent_code: the script to edit (the complete one; only the shown copy is truncated).
+        outcome_text: how the parent went (score and time on success).
+        timeout_s: execution time limit in seconds (> 0).
+        max_tokens: budget for the whole prompt (None: no truncation); the script is cut by
+            :func:`truncate_code` (which keeps the constants), then the description.
+        count_tokens: token counter for the budget (default: characters / 4).
+
+    Raises:
+        ValueError: non-string inputs or a non-positive timeout.
+    """
+    from rpg_llm.actions import editable_constants, format_value
+
+    _check_text("description", description)
+    _check_text("parent_code", parent_code)
+    _check_text("outcome_text", outcome_text)
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+    constants = editable_constants(parent_code)
+    if not constants:
+        return improve_prompt(
+            description, parent_code, outcome_text, timeout_s, max_tokens, count_tokens
+        )
+    count = count_tokens or (lambda s: (len(s) + 3) // 4)
+    listing = "\n".join(f"- {c.name} = {format_value(c.value)}" for c in constants.values())
+
+    def build(code: str, desc: str = description) -> str:
+        head = (
+            "You are an expert machine learning engineer. Improve this script for the "
+            "competition by changing its constants.\n\n"
+        )
+        if desc.strip():
+            head += f"# Competition\n{desc.strip()}\n\n"
+        return (
+            f"{head}# Script\n```python\n{code.rstrip()}\n```\n"
+            f"Outcome of the script: {outcome_text.strip()}\n\n"
+            f"Editable constants (current values):\n{listing}\n\n"
+            + _EDIT_RULES.format(timeout=timeout_s)
+        )
+
+    prompt = build(parent_code)
+    if max_tokens is None or count(prompt) <= max_tokens:
+        return prompt
+    desc = description
+    code_budget = max_tokens - count(build(""))
+    if code_budget < _MIN_CODE_TOKENS:  # the description is too long: cut it
+        desc = _cut_description(
+            description, lambda d: count(build("", d)), max_tokens - _MIN_CODE_TOKENS
+        )
+        code_budget = max(_MIN_CODE_TOKENS, max_tokens - count(build("", desc)))
+    return build(truncate_code(parent_code, code_budget, count), desc)
 
 
 # ----------------------------------------------------------------------------------------------

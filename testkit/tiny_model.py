@@ -25,13 +25,19 @@ _TINY_CORPUS = [
 
 
 def build_tiny_model(
-    folder: str | os.PathLike, seed: int = 0, vocab_size: int = 512, hidden_size: int = 32
+    folder: str | os.PathLike,
+    seed: int = 0,
+    vocab_size: int = 512,
+    hidden_size: int = 32,
+    dropout: float = 0.0,
 ) -> Path:
     """Write a tiny random ``qwen3_5_text`` causal LM and a byte-level BPE tokenizer to ``folder``.
 
     Two decoder layers (one linear-attention, one full-attention, as in Qwen3.5), hidden size
     ``hidden_size``, vocabulary trained with ``tokenizers`` on a small built-in corpus; ChatML
     template; EOS ``<|im_end|>``. Takes about a second; deterministic in ``seed``.
+    ``dropout`` is the config's ``attention_dropout`` (probability dropout in the full-attention
+    layer, active in train mode only).
 
     Returns:
         ``folder`` as a Path (loadable by :func:`load_policy`).
@@ -79,6 +85,7 @@ def build_tiny_model(
         eos_token_id=tok.eos_token_id,
         bos_token_id=None,
         tie_word_embeddings=True,
+        attention_dropout=dropout,
     )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)

@@ -84,3 +84,21 @@ def test_default_model_from_gguf_wheel_generates_code():
     q = [chat_prompt_ids(tok, "Write a Python function add(a, b) in a ```python code block.")]
     out = generate(pol, q, max_new_tokens=40, seed=0)
     assert "def " in out.texts[0]
+
+
+def test_generate_returns_the_log_prob_of_each_token_at_the_temperature(tiny_policy):
+    """Computed another way: one full forward of query + response, log_softmax(logits / T)."""
+    tok = tiny_policy.tokenizer
+    q = [chat_prompt_ids(tok, "write code"), chat_prompt_ids(tok, "hi")]
+    for temperature in (0.7, 1.3):
+        out = generate(tiny_policy, q, max_new_tokens=10, temperature=temperature, seed=5)
+        assert [len(lp) for lp in out.logprobs] == [len(r) for r in out.response_ids]
+        for query, resp, lps in zip(q, out.response_ids, out.logprobs, strict=True):
+            ids = torch.tensor([query + resp])
+            with torch.no_grad():
+                logits = tiny_policy.model(ids).logits[0].double()
+            logp = torch.log_softmax(logits / temperature, -1)
+            want = [float(logp[len(query) - 1 + t, tok_id]) for t, tok_id in enumerate(resp)]
+            assert lps == pytest.approx(want, abs=1e-4)
+    with pytest.raises(ValueError, match="temperature"):
+        generate(tiny_policy, q, max_new_tokens=4, temperature=0.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import fixtures_llm
@@ -136,10 +137,12 @@ def test_normalizer_makes_micro_batches_add_up():
 def test_logprobs_and_entropy():
     logits = t([[[0.0, math.log(3.0)], [1.0, 1.0]]])
     lp = logprobs_from_logits(logits, torch.tensor([[1, 0]]))
-    torch.testing.assert_close(lp, torch.tensor([[math.log(0.75), math.log(0.5)]]))
+    torch.testing.assert_close(lp, t([[math.log(0.75), math.log(0.5)]]))  # float64 stays float64
     ent = entropy_from_logits(logits)
     h0 = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
-    torch.testing.assert_close(ent, torch.tensor([[h0, math.log(2.0)]]))
+    torch.testing.assert_close(ent, t([[h0, math.log(2.0)]]))
+    # bf16 logits are promoted to float32
+    assert logprobs_from_logits(logits.bfloat16(), torch.tensor([[1, 0]])).dtype == torch.float32
 
 
 def test_config_rejects_bad_values():
@@ -190,7 +193,8 @@ def _seq_logps(trainer, batch):
     from rpg_llm.ppo import _response_logits
 
     with torch.no_grad():
-        lp = logprobs_from_logits(_response_logits(trainer.actor, batch), batch.response_ids)
+        logits = _response_logits(trainer.actor, batch, trainer.temperature)
+        lp = logprobs_from_logits(logits, batch.response_ids)
     return (lp * batch.response_mask).sum(1)
 
 
@@ -239,3 +243,160 @@ def test_lora_trainer_steps(tiny_model_dir, tiny_policy):
     s = trainer.step(_batch(tiny_policy, [1.0, -1.0]))
     assert all(math.isfinite(v) for v in s.values())
     assert s["kl"] == pytest.approx(0.0, abs=1e-6)  # LoRA B starts at zero: actor == reference
+
+
+# ----------------------------------------------------------------------------------------------
+# Log-probs at the sampling temperature; dropout off in the update (issue 11, item 2)
+# ----------------------------------------------------------------------------------------------
+
+SAMPLE_T = 0.7
+
+
+@pytest.fixture(scope="module")
+def dropout_model_dir(tmp_path_factory):
+    """The tiny model with attention dropout 0.1 in its config."""
+    from testkit.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_dropout") / "tiny", dropout=0.1)
+
+
+def _load(model_dir, dtype=torch.float32):
+    from rpg_llm.policy import load_policy
+
+    return load_policy(str(model_dir), device="cpu", dtype=dtype)
+
+
+def _sampled_batch(pol, seed=1, max_new_tokens=16):
+    """Responses sampled at T 0.7, top-k 20, top-p 0.8 for prompts of different lengths."""
+    from rpg_llm.policy import chat_prompt_ids, generate
+
+    tok = pol.tokenizer
+    prompts = ["write code", "hi", "import numpy as np and pandas as pd, then fit a model"]
+    q = [chat_prompt_ids(tok, p) for p in prompts]
+    gen = generate(pol, q, max_new_tokens, temperature=SAMPLE_T, top_k=20, top_p=0.8, seed=seed)
+    batch = PPOBatch.from_lists(
+        gen.query_ids, gen.response_ids, [1.0, -0.5, 0.25], tok.pad_token_id
+    )
+    return gen, batch
+
+
+def _padded(rows, like):
+    out = torch.zeros_like(like)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=like.dtype)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("train_temperature", "matches"),
+    [(SAMPLE_T, True), (1.0, False)],  # 1.0: the old convention (raw logits)
+    ids=["logits-over-T", "old-raw-logits"],
+)
+def test_training_logprobs_equal_the_samplers_at_its_temperature(
+    dropout_model_dir, train_temperature, matches
+):
+    """Old (rollout-time), reference and actor log-probs of each sampled token equal the
+    sampler's own log-prob at T to 1e-5 (float64 model); the raw-logit convention misses."""
+    from rpg_llm.ppo import _response_logits, _update_mode
+
+    pol = _load(dropout_model_dir, torch.float64)
+    gen, batch = _sampled_batch(pol)
+    assert len(gen.logprobs) == 3
+    assert [len(lp) for lp in gen.logprobs] == [len(r) for r in gen.response_ids]
+    trainer = PPOTrainer(pol.model, PPOConfig(), temperature=train_temperature)
+    roll = trainer._rollout_stats(batch)
+    sampler = _padded(gen.logprobs, roll["old_logprobs"])
+    mask = batch.response_mask.bool()
+    with _update_mode(trainer.actor):  # the actor's forward of the update, with gradients
+        logits = _response_logits(trainer.actor, batch, trainer.temperature)
+        actor_lp = logprobs_from_logits(logits, batch.response_ids)
+    assert actor_lp.requires_grad
+    for name, lp in [
+        ("old", roll["old_logprobs"]),
+        ("ref", roll["ref_logprobs"]),
+        ("actor", actor_lp),
+    ]:
+        gap = (lp.detach() - sampler)[mask].abs().max().item()
+        if matches:
+            assert gap <= 1e-5, (name, gap)
+        else:
+            assert gap > 1e-2, (name, gap)
+    # each sampled token's log-prob is a real probability (the token was in the top-k set)
+    assert (sampler[mask] < 0).all() and (sampler[mask] > math.log(1e-12)).all()
+
+
+@contextlib.contextmanager
+def _old_train_mode(*models):
+    """The old update: ``model.train()``, dropout on."""
+    for m in models:
+        m.train()
+    yield
+
+
+@pytest.mark.parametrize("mode", ["eval", "old-train"])
+def test_lr_zero_gives_ratio_one_and_zero_kl_with_dropout_in_the_config(
+    dropout_model_dir, monkeypatch, mode
+):
+    """Dropout 0.1 in the config: at lr 0 the update's ratio is exactly 1, approx-KL and clip
+    fraction 0, over two epochs of single-sample mini-batches. In train mode (the old update,
+    parametrised) dropout makes the ratio differ from 1 and the test's assertion fail."""
+    import rpg_llm.ppo as ppo
+
+    if mode == "old-train":
+        monkeypatch.setattr(ppo, "_update_mode", _old_train_mode)
+    pol = _load(dropout_model_dir)
+    assert pol.model.config.attention_dropout == 0.1
+    _, batch = _sampled_batch(pol)
+    cfg = PPOConfig(ppo_epochs=2, mini_batch_size=1, micro_batch_size=1)
+    trainer = PPOTrainer(pol.model, cfg, temperature=SAMPLE_T)
+    for opt in (trainer.actor_opt, trainer.critic_opt):
+        for group in opt.param_groups:
+            group["lr"] = 0.0
+    torch.manual_seed(0)
+    stats = trainer.step(batch)
+    assert stats["actor_grad_norm"] > 0  # gradients flowed: a real update, at lr 0
+    ratio_one = stats["approx_kl"] <= 1e-10 and stats["clipfrac"] == 0.0
+    assert ratio_one == (mode == "eval"), stats
+
+
+def test_update_mode_keeps_gradient_checkpointing(dropout_model_dir):
+    """Eval mode must not switch gradient checkpointing off: with it on, the attention modules
+    run again in the backward pass (the recomputation)."""
+    from rpg_llm.ppo import _response_logits, _update_mode
+
+    calls = {}
+    for ckpt in (False, True):
+        pol = _load(dropout_model_dir)
+        if ckpt:
+            pol.model.gradient_checkpointing_enable()
+        _, batch = _sampled_batch(pol, max_new_tokens=6)
+        n = [0]
+
+        def count(*_, n=n):
+            n[0] += 1
+
+        attn = [m for name, m in pol.model.named_modules() if name.endswith("self_attn")]
+        assert attn
+        for m in attn:
+            m.register_forward_hook(count)
+        with _update_mode(pol.model):
+            logits = _response_logits(pol.model, batch, SAMPLE_T)
+            logits.sum().backward()
+        assert not pol.model.training  # modes restored? (eval before, eval after)
+        calls[ckpt] = n[0]
+    assert calls[True] == 2 * calls[False]
+
+
+def test_update_mode_restores_modes(tiny_model_dir):
+    model = _fresh_actor(tiny_model_dir).train()
+    from rpg_llm.ppo import _update_mode
+
+    with _update_mode(model):
+        assert not any(m.training for m in model.modules())
+    assert all(m.training for m in model.modules())
+
+
+def test_temperature_is_checked_early(tiny_model_dir):
+    for bad in (0.0, -1.0, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="temperature"):
+            PPOTrainer(_fresh_actor(tiny_model_dir), PPOConfig(), temperature=bad)

@@ -104,3 +104,60 @@ def test_extract_code_variants():
     assert extract_code("Here:\n```python\nimport numpy\nx = 2") == "import numpy\nx = 2\n"
     code = extract_code("```py\nfor i in range(3):\n    print(i)\n```")
     ast.parse(code)
+
+
+# ---------------------------------------------------------------------------- edit prompt
+
+
+def _logreg() -> str:
+    from rpg_llm.tasks import baseline_solutions
+
+    return dict(baseline_solutions("bbc-news-logloss"))["logreg_tfidf"]
+
+
+def test_edit_prompt_lists_constants_outcome_and_timeout():
+    from rpg_llm.prompts import BASELINE_OUTCOME, edit_prompt
+
+    outcome = "score 0.0812 (lower is better), ran 3.4 s"
+    p = edit_prompt("Classify BBC articles.", _logreg(), outcome, 60)
+    assert "Classify BBC articles." in p
+    assert "Editable constants (current values):\n- C = 10.0\n- MAX_FEATURES = 5000\n" in p
+    assert f"Outcome of the script: {outcome}" in p
+    assert "stopped after 60 seconds" in p
+    assert "```python\n" + _logreg().rstrip() + "\n```" in p  # the whole script is shown
+    assert "```python\nNAME = value\n```" in p
+    base = edit_prompt("", _logreg(), BASELINE_OUTCOME, 60)
+    assert "# Competition" not in base and BASELINE_OUTCOME in base
+    with pytest.raises(ValueError, match="timeout_s"):
+        edit_prompt("x", _logreg(), "ok", 0)
+
+
+def test_edit_prompt_truncation_keeps_the_constants():
+    from rpg_llm.prompts import edit_prompt
+
+    full = edit_prompt("Task.", PARENT, "score 0.5", 60, count_tokens=WORDS)
+    assert "- LR = 0.1\n- N_ESTIMATORS = 300\n- LAYERS = (64, 32)\n" in full
+    p = edit_prompt("Task.", PARENT, "score 0.5", 60, max_tokens=250, count_tokens=WORDS)
+    assert WORDS(p) <= 250 < WORDS(full)
+    assert "lines omitted" in p and "- N_ESTIMATORS = 300" in p and "\nN_ESTIMATORS = 300\n" in p
+    # a long description is cut at its end
+    long_desc = "Word " * 2000
+    q = edit_prompt(long_desc, PARENT, "score 0.5", 60, max_tokens=400, count_tokens=WORDS)
+    assert "[...]" in q and "- LR = 0.1" in q and WORDS(q) <= 400
+
+
+def test_edit_prompt_without_constants_is_the_improve_prompt():
+    from rpg_llm.prompts import edit_prompt
+
+    code = "import os\nprint(os.getcwd())\n"
+    assert edit_prompt("Task.", code, "error", 30) == improve_prompt("Task.", code, "error", 30)
+
+
+def test_improve_prompt_cuts_a_long_description_to_any_counter():
+    """The cut used to assume 4 characters per token; with 5-character words it overflowed."""
+    long_desc = "Word " * 2000
+    for budget in (300, 400, 800):
+        q = improve_prompt(
+            long_desc, PARENT, "score 0.5", 60, max_tokens=budget, count_tokens=WORDS
+        )
+        assert "[...]" in q and WORDS(q) <= budget and "N_ESTIMATORS = 300" in q

@@ -88,16 +88,15 @@ def seed_solutions(cfg: Any) -> Callable[[str], list[tuple[str, str]]]:
     set; for the speedrun the checkout's own ``train_gpt.py``; else the NanoGPT task's baseline
     or the competition's (``[]`` for a competition without baselines).
 
-    Raises:
-        ValueError: ``cfg.seed_dir`` is not a folder of valid ``.py`` scripts.
+    The returned function raises ValueError when ``cfg.seed_dir`` is not a folder of valid
+    ``.py`` scripts (``python -m rpg_llm.run`` checks it before the run folder is made).
     """
     from rpg_llm import tasks
     from rpg_llm.tasks import nanogpt
 
     seed_dir = getattr(cfg, "seed_dir", None) if cfg is not None else None
-    if seed_dir is not None:
-        seeds = tasks.seed_scripts(Path(seed_dir))
-        return lambda _id: seeds
+    if seed_dir is not None:  # read when the buffer is seeded (a resumed run never reads it)
+        return lambda _id: tasks.seed_scripts(Path(seed_dir))
     speedrun_dir = getattr(cfg, "speedrun_dir", None) if cfg is not None else None
     if cfg is not None and cfg.task == SPEEDRUN_ID and speedrun_dir is not None:
         script = Path(speedrun_dir).expanduser() / "train_gpt.py"
@@ -116,10 +115,8 @@ def _make_executor(kind: str, workers: int) -> Any:
 def default_backends(cfg: Any = None) -> Backends:
     """The real environment: rpg_llm.tasks (NanoGPT tasks included), sandbox, execute, buffer and
     estimator; with ``cfg`` (a :class:`rpg_llm.config.LoopConfig`) the task loader gets its
-    ``mlebench_dir`` / ``speedrun_dir`` and the seeds follow ``cfg.seed_dir``.
-
-    Raises:
-        ValueError: as :func:`seed_solutions`.
+    ``mlebench_dir`` / ``speedrun_dir`` and the seeds follow ``cfg.seed_dir``
+    (:func:`seed_solutions`).
     """
     from rpg_llm import buffer, estimator
     from rpg_llm.sandbox import make_sandbox

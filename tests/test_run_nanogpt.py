@@ -295,26 +295,12 @@ def test_budget_curves_of_a_nanogpt_run_folder(tmp_path):
 
 @pytest.mark.slow
 def test_one_step_nanogpt_cpu_preset_run(tmp_path, tiny_model_dir):
+    """``--preset nanogpt-cpu`` (B = 2), 1 step: the seed is a real torchrun attempt of the
+    task's baseline; the tiny policy's responses hold no script (invalid, charged 300 s)."""
     run = tmp_path / "run"
-    args = [
-        "--preset",
-        "nanogpt-cpu",
-        "--model",
-        str(tiny_model_dir),
-        "--steps",
-        "1",
-        "--batch-size",
-        "1",
-        "--max-new-tokens",
-        "8",
-        "--estimator-batches",
-        "100",
-        "--data-root",
-        str(tmp_path / "data"),
-        "--no-progress",
-        "--out",
-        str(run),
-    ]
+    args = ["--preset", "nanogpt-cpu", "--model", str(tiny_model_dir), "--steps", "1"]
+    args += ["--max-new-tokens", "8", "--estimator-batches", "100", "--no-progress"]
+    args += ["--data-root", str(tmp_path / "data"), "--out", str(run)]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
     proc = subprocess.run(
         [sys.executable, "-m", "rpg_llm.run", *args],
@@ -329,30 +315,37 @@ def test_one_step_nanogpt_cpu_preset_run(tmp_path, tiny_model_dir):
     assert config["competition"] == "nanogpt-cpu" and config["reward"]["timeout_s"] == 300.0
     con = sqlite3.connect(str(run / "buffer.sqlite"))
     rows = con.execute(
-        "SELECT step, status, score, raw_reward, exec_time FROM samples ORDER BY id"
+        "SELECT step, row, status, score, raw_reward, exec_time FROM samples ORDER BY id"
     ).fetchall()
     con.close()
     target = nanogpt.cpu_settings().target_loss
     seed = [r for r in rows if r[0] == 0]
     assert len(seed) == 1
-    _, status, L, raw, delta = seed[0]
+    _, _, status, L, raw, delta = seed[0]
     assert status == "ok" and 0 < L < 3.5 and delta > 0
-    assert raw == pytest.approx(nanogpt.rpg_reward(L, True, target))
+    assert raw == pytest.approx(nanogpt.rpg_reward(L, True, target))  # from the stored score
     step1 = [r for r in rows if r[0] == 1]
-    assert len(step1) == 1
-    _, status1, L1, raw1, delta1 = step1[0]
-    ok1 = status1 == "ok"
-    assert raw1 == pytest.approx(nanogpt.rpg_reward(L1, ok1, target))
+    assert [r[1] for r in step1] == [0, 1]
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1]
     rho = metrics[0]["rho_hat"]
-    assert math.isfinite(rho) and rho >= 0
     with open(run / "samples.csv") as fh:
-        csv_rows = {int(r["step"]): r for r in csv.DictReader(fh)}
-    charged = max(delta1, 0.1) if ok1 else 300.0
-    assert float(csv_rows[1]["relative_reward"]) == pytest.approx(raw1 - rho * charged, rel=1e-5)
+        relative = {
+            int(r["row"]): float(r["relative_reward"])
+            for r in csv.DictReader(fh)
+            if r["step"] == "1"
+        }
+    # slot 0: the seed (10 - L over delta s) + row 0; slot 1: row 1. Two usable slots: rho > 0
+    assert math.isfinite(rho) and rho > 0
+    for _, row, status1, L1, raw1, delta1 in step1:
+        ok1 = status1 == "ok"
+        assert raw1 == pytest.approx(nanogpt.rpg_reward(L1, ok1, target))
+        charged = max(delta1, 0.1) if ok1 else 300.0  # invalid: the whole timeout
+        assert relative[row] == pytest.approx(raw1 - rho * charged, rel=1e-5, abs=1e-4)
     # the budget-curve data of a nanogpt run folder: minus the best val loss (NaN: none valid)
     assert "budget curve data" in proc.stdout
-    (chain,) = budget.read_chains(run)
-    assert chain.times.tolist() == pytest.approx([delta1])
-    assert np.allclose(chain.best, [-L1 if ok1 else np.nan], equal_nan=True)
+    chains = budget.read_chains(run)
+    assert len(chains) == 2
+    for chain, (_, _, status1, L1, _, delta1) in zip(chains, step1, strict=True):
+        assert chain.times.tolist() == pytest.approx([delta1])
+        assert np.allclose(chain.best, [-L1 if status1 == "ok" else np.nan], equal_nan=True)

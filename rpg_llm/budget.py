@@ -7,7 +7,8 @@ budget ``b`` of a common grid a chain's value is its best raw reward among the s
 within ``b`` (undefined before its first sample; after its last sample the value stays). Per arm
 (the run's method and whether it was seeded) :func:`curve` gives the mean across chains and its
 standard error at every budget (DESIGN.md section 7). NanoGPT runs (lower val loss is better)
-use the task's own ``nanogpt.loss_chains`` and give minus the best val loss. The plot lives in
+use the task's own ``nanogpt.loss_chains`` and give minus the best crossing val loss (issue 10:
+only samples with ``L <= L*`` count). The plot lives in
 ``paper_figures.budget_curves``; this module only reads run folders and does the arithmetic.
 """
 
@@ -25,6 +26,7 @@ from rpg_llm.runfolder import RunFolder
 __all__ = [
     "Chain",
     "is_loss_task",
+    "loss_target",
     "run_label",
     "read_chains",
     "group_chains",
@@ -69,12 +71,29 @@ def is_loss_task(task: str | None) -> bool:
     return task in nanogpt.TASK_IDS or task == "nanogpt-speedrun"
 
 
+def loss_target(task: str) -> float:
+    """The target val loss ``L*`` of a NanoGPT task, nats: the calibrated CPU stand-in's
+    (``nanogpt.cpu_settings()``) or the speedrun's 3.28 (``nanogpt.SPEEDRUN``).
+
+    Raises:
+        ValueError: ``task`` is not a NanoGPT task.
+    """
+    from rpg_llm.tasks import nanogpt
+
+    if task in nanogpt.TASK_IDS:
+        return float(nanogpt.cpu_settings().target_loss)
+    if task == "nanogpt-speedrun":
+        return float(nanogpt.SPEEDRUN.target_loss)
+    raise ValueError(f"{task!r} is not a NanoGPT task")
+
+
 def read_chains(run_dir: str | Path) -> list[Chain]:
     """Chains of one run folder (one per batch row), from its ``config.json`` and buffer.
 
-    For a NanoGPT run (:func:`is_loss_task`) a chain's value is minus the best val loss so far
-    among its valid samples (``rpg_llm.tasks.nanogpt.loss_chains``; NaN before the first valid
-    one), so "higher is better" holds for every curve.
+    For a NanoGPT run (:func:`is_loss_task`) a chain's value is minus the best *crossing* val
+    loss so far: the lowest ``L <= L*`` (:func:`loss_target`) among its valid samples
+    (``rpg_llm.tasks.nanogpt.loss_chains``; NaN before the first crossing), so "higher is
+    better" holds for every curve.
 
     Raises:
         ValueError: not a run folder, or no training sample in it.
@@ -88,11 +107,13 @@ def read_chains(run_dir: str | Path) -> list[Chain]:
         samples = buf.by_row(min_step=1)
     if not samples:
         raise ValueError(f"{folder.root} has no training samples yet")
-    if is_loss_task(config.get("competition") or config.get("task")):
+    task = config.get("competition") or config.get("task")
+    if is_loss_task(task):
         from rpg_llm.tasks import nanogpt
 
-        # best val loss so far per chain (lower is better), negated so that higher is better
-        return [Chain(label, t, -best) for t, best in nanogpt.loss_chains(samples).values()]
+        # best crossing val loss so far per chain (lower is better), negated: higher is better
+        chains = nanogpt.loss_chains(samples, target=loss_target(task))
+        return [Chain(label, t, -best) for t, best in chains.values()]
     per_row: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for s in samples:
         per_row[s.row].append((float(s.exec_time), float(s.raw_reward)))

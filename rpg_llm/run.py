@@ -83,7 +83,13 @@ def build_config(args: Any) -> tuple[Any, str]:
 
     # the tree of --mlebench-dir, else env RPG_MLEBENCH_DIR (stored, so --resume needs no env)
     tree = mlebench_dir_arg(Path(cfg.mlebench_dir) if cfg.mlebench_dir else None)
-    return replace(cfg, mlebench_dir=str(tree) if tree is not None else None), preset.name
+    folders = {  # absolute, so that a run resumed from another directory finds them
+        k: str(Path(v).expanduser().absolute())
+        for k in ("seed_dir", "speedrun_dir")
+        if (v := getattr(cfg, k))
+    }
+    cfg = replace(cfg, mlebench_dir=str(tree) if tree is not None else None, **folders)
+    return cfg, preset.name
 
 
 def _check_speedrun(cfg: Any) -> None:

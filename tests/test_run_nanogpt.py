@@ -252,10 +252,16 @@ def test_budget_curves_of_a_nanogpt_run_folder(tmp_path):
 
     run = tmp_path / "run"
     RunFolder(run).create({"competition": "nanogpt-cpu", "method": "rpg", "seeded": True})
-    # row 0: L 3.0, invalid, 2.6; row 1: 2.9, 3.1. Step 0 (the seed, L 2.5) is no chain's.
-    spec = [(0, 0, 2.5, "ok", 50.0)]
-    spec += [(1, 0, 3.0, "ok", 10.0), (2, 0, None, "error", 5.0), (3, 0, 2.6, "ok", 20.0)]
-    spec += [(1, 1, 2.9, "ok", 30.0), (2, 1, 3.1, "ok", 40.0)]
+    # L* of the stand-in: only losses <= L* count (the best *crossing* loss)
+    ls = nanogpt.cpu_settings().target_loss
+    # row 0: above L*, invalid, below; row 1: below, lower still. Step 0 (the seed) is no chain's.
+    spec = [(0, 0, ls - 0.2, "ok", 50.0)]
+    spec += [
+        (1, 0, ls + 0.5, "ok", 10.0),
+        (2, 0, None, "error", 5.0),
+        (3, 0, ls - 0.01, "ok", 20.0),
+    ]
+    spec += [(1, 1, ls - 0.02, "ok", 30.0), (2, 1, ls - 0.05, "ok", 40.0)]
     with SampleBuffer(RunFolder(run).buffer_path, capacity=10) as buf:
         buf.add_many(
             [
@@ -279,14 +285,17 @@ def test_budget_curves_of_a_nanogpt_run_folder(tmp_path):
         )
     chains = budget.read_chains(run)
     assert [c.times.tolist() for c in chains] == [[10.0, 15.0, 35.0], [30.0, 70.0]]
-    assert [c.best.tolist() for c in chains] == [[-3.0, -3.0, -2.6], [-2.9, -2.9]]
+    assert np.allclose(chains[0].best, [np.nan, np.nan, -(ls - 0.01)], equal_nan=True)
+    assert np.allclose(chains[1].best, [-(ls - 0.02), -(ls - 0.05)])
     path = budget.write_budget_csv([run], tmp_path / "curve.csv", points=3)  # budgets 0, 35, 70
     with open(path) as fh:
         rows = list(csv.DictReader(fh))
     assert [float(r["budget_s"]) for r in rows] == [0.0, 35.0, 70.0]
     assert rows[0]["mean_best"] == "nan"  # no chain has finished a sample
-    assert float(rows[1]["mean_best"]) == pytest.approx((-2.6 - 2.9) / 2)
-    assert float(rows[2]["mean_best"]) == pytest.approx((-2.6 - 2.9) / 2)
+    # 35 s: row 0 crossed at 35 s (ls - 0.01), row 1 at 30 s (ls - 0.02); 70 s: row 1 ls - 0.05
+    assert float(rows[1]["mean_best"]) == pytest.approx(-((ls - 0.01) + (ls - 0.02)) / 2, abs=1e-5)
+    assert float(rows[2]["mean_best"]) == pytest.approx(-((ls - 0.01) + (ls - 0.05)) / 2, abs=1e-5)
+    assert budget.loss_target("nanogpt-speedrun") == 3.28
     assert budget.is_loss_task("nanogpt-speedrun") and not budget.is_loss_task("text")
 
 
@@ -342,10 +351,11 @@ def test_one_step_nanogpt_cpu_preset_run(tmp_path, tiny_model_dir):
         assert raw1 == pytest.approx(nanogpt.rpg_reward(L1, ok1, target))
         charged = max(delta1, 0.1) if ok1 else 300.0  # invalid: the whole timeout
         assert relative[row] == pytest.approx(raw1 - rho * charged, rel=1e-5, abs=1e-4)
-    # the budget-curve data of a nanogpt run folder: minus the best val loss (NaN: none valid)
+    # the budget-curve data of a nanogpt run folder: minus the best crossing val loss (NaN: none)
     assert "budget curve data" in proc.stdout
     chains = budget.read_chains(run)
     assert len(chains) == 2
     for chain, (_, _, status1, L1, _, delta1) in zip(chains, step1, strict=True):
         assert chain.times.tolist() == pytest.approx([delta1])
-        assert np.allclose(chain.best, [-L1 if status1 == "ok" else np.nan], equal_nan=True)
+        crossed = status1 == "ok" and L1 <= target
+        assert np.allclose(chain.best, [-L1 if crossed else np.nan], equal_nan=True)

@@ -115,7 +115,13 @@ class LoopConfig:
         buffer_capacity_factor: active buffer size as a multiple of ``B`` (paper: 10).
         num_slots: estimator slots (None: ``min(128, B)``).
         estimator_batches: synthetic batches ``M`` per estimate (1000).
-        data_root: competitions folder (None: the tasks default).
+        data_root: competitions folder (None: the tasks default); for ``nanogpt-speedrun`` the
+            FineWeb shards.
+        mlebench_dir: root of an MLE-Bench tree read directly (``--mlebench-dir``; the CLI
+            stores env ``RPG_MLEBENCH_DIR`` here when the flag is absent; None: no tree).
+        seed_dir: folder of seed scripts for step 0 (``--seed-dir``; None: the task's
+            baseline solutions, ``[]`` for a competition without any).
+        speedrun_dir: the modded-nanogpt checkout of ``nanogpt-speedrun`` (``--speedrun-dir``).
         device: torch device (None: cuda if available, else cpu).
         cpu_threads: torch threads on a CPU (None: torch's default). One thread was 4-5x faster
             than two for both decoding and the PPO step on the shared 2-core machine
@@ -158,6 +164,21 @@ class LoopConfig:
         default=1000, metadata=flag(help="synthetic batches per rho_hat estimate")
     )
     data_root: str | None = field(default=None, metadata=flag(help="competitions folder"))
+    mlebench_dir: str | None = field(
+        default=None,
+        metadata=flag(
+            help="root of an MLE-Bench tree (holding mlebench/competitions/<id>/), read without "
+            "the mlebench package; default env RPG_MLEBENCH_DIR"
+        ),
+    )
+    seed_dir: str | None = field(
+        default=None,
+        metadata=flag(help="folder of seed solution scripts (*.py; default: the task's baselines)"),
+    )
+    speedrun_dir: str | None = field(
+        default=None,
+        metadata=flag(help="modded-nanogpt checkout holding train_gpt.py (task nanogpt-speedrun)"),
+    )
     device: str | None = field(
         default=None, metadata=flag(help="cpu | cuda (default: cuda if available)")
     )

@@ -240,6 +240,9 @@ def _parser() -> ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, help="wall-clock limit, s (default 60)")
     p.add_argument("--data-root", type=Path, default=None, help="folder of competition folders")
     p.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    from rpg_llm.tasks.cliflags import add_mlebench_dir_flag
+
+    add_mlebench_dir_flag(p)
     return p
 
 
@@ -250,9 +253,11 @@ def _main(argv: Sequence[str] | None) -> int:
     if not args.timeout > 0 or math.isinf(args.timeout):
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     from rpg_llm.tasks import load_competition
+    from rpg_llm.tasks.cliflags import mlebench_dir_arg
 
+    tree = mlebench_dir_arg(args.mlebench_dir)  # UsageError naming the flag / env var
     try:
-        comp = load_competition(args.task, args.data_root)
+        comp = load_competition(args.task, args.data_root, tree)
     except ValueError as exc:
         raise UsageError(f"--task {args.task}: {str(exc).splitlines()[0]}") from exc
     try:

@@ -5,7 +5,11 @@
   competition's baseline solutions; sized to finish in about 15 minutes on 2 CPU cores.
 * ``qwen3.5-4b-mlebench``: the paper's MLE-Bench settings (DESIGN.md section 7) with
   ``Qwen/Qwen3.5-4B`` on one GPU and the user's MLE-Bench data folder.
-* ``nanogpt-speedrun``: the NanoGPT speedrun task (eight GPUs, ``torchrun``, timeout 1500 s).
+* ``nanogpt-cpu``: the NanoGPT CPU stand-in (``rpg_llm.tasks.nanogpt``) with SmolLM2-135M-Instruct,
+  seeded with the task's baseline, timeout 300 s (the task's own), one attempt at a time.
+* ``nanogpt-speedrun``: the NanoGPT speedrun task on the user's modded-nanogpt checkout
+  (``--speedrun-dir``) and FineWeb shards (``--data-root``): eight GPUs, ``torchrun``, timeout
+  1500 s, batch 64, 2 PPO epochs, the subprocess sandbox; seeded with the checkout's script.
 
 :func:`missing_resources` lists, in words, what a preset needs that this machine lacks (a GPU, a
 data folder, model weights) and how to provide it; the CLI turns that into an exit-2 message.
@@ -99,19 +103,42 @@ PRESETS: dict[str, Preset] = {
             ),
         ),
         Preset(
+            "nanogpt-cpu",
+            "SmolLM2-135M on the NanoGPT CPU stand-in (torchrun, gloo; ~2-3 min per attempt on "
+            "2 cores)",
+            replace(
+                BASE,
+                task="nanogpt-cpu",
+                model="HuggingFaceTB/SmolLM2-135M-Instruct",
+                steps=3,
+                batch_size=2,
+                seed_buffer=True,
+                workers=1,  # one attempt already uses a core; delta is the reward's time
+                estimator_batches=1000,
+                sampling=replace(BASE.sampling, max_prompt_tokens=4096, max_new_tokens=1536),
+                # timeout = nanogpt.cpu_settings().timeout_s: invalid samples charged the task's
+                reward=replace(BASE.reward, method="rpg", timeout_s=300.0),
+                ppo=replace(BASE.ppo, micro_batch_size=1),
+            ),
+        ),
+        Preset(
             "nanogpt-speedrun",
-            "NanoGPT speedrun (train_gpt.py under torchrun on 8 GPUs, target val loss 3.28)",
+            "NanoGPT speedrun (train_gpt.py under torchrun on 8 GPUs, target val loss 3.28; "
+            "--speedrun-dir CHECKOUT --data-root FINEWEB)",
             replace(
                 BASE,
                 task="nanogpt-speedrun",
                 model="Qwen/Qwen3.5-4B",
                 steps=300,
-                batch_size=8,
+                batch_size=64,
                 seed_buffer=True,
+                sandbox="subprocess",  # bubblewrap's private /dev has no GPU device nodes
                 workers=1,
                 sampling=replace(BASE.sampling, max_prompt_tokens=8192, max_new_tokens=8192),
                 reward=replace(BASE.reward, timeout_s=1500.0),
-                ppo=replace(BASE.ppo, micro_batch_size=1, gradient_checkpointing=True),
+                ppo=replace(
+                    BASE.ppo, ppo_epochs=2, micro_batch_size=1, gradient_checkpointing=True
+                ),
             ),
             gpus=8,
             data_env=NANOGPT_ENV,

@@ -8,6 +8,9 @@ and writes the budget-curve data into the run folder. Examples::
     python -m rpg_llm.run --method vanilla --steps 3 --out runs/vanilla
     python -m rpg_llm.run --resume runs/vanilla          # after a crash or a kill
     python -m rpg_llm.run --preset qwen3.5-4b-mlebench --data-root ~/mlebench/data
+    python -m rpg_llm.run --task toy-tree-mae --mlebench-dir ~/mle-bench --seed-dir seeds/
+    python -m rpg_llm.run --preset nanogpt-cpu
+    python -m rpg_llm.run --preset nanogpt-speedrun --speedrun-dir ~/nanogpt --data-root ~/fw
 
 Every field of :class:`rpg_llm.config.LoopConfig` (and its nested sampling, reward and PPO
 configs) is a flag, generated from the dataclasses; ``--help`` lists them. Usage errors (unknown
@@ -71,17 +74,66 @@ def build_config(args: Any) -> tuple[Any, str]:
     if preset.data_env and not values.get("data_root") and not preset.config.data_root:
         values["data_root"] = os.environ.get(preset.data_env)
     try:
-        return apply_flags(preset.config, values), preset.name
+        cfg = apply_flags(preset.config, values)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    from dataclasses import replace
+
+    from rpg_llm.tasks.cliflags import mlebench_dir_arg
+
+    # the tree of --mlebench-dir, else env RPG_MLEBENCH_DIR (stored, so --resume needs no env)
+    tree = mlebench_dir_arg(Path(cfg.mlebench_dir) if cfg.mlebench_dir else None)
+    folders = {  # absolute, so that a run resumed from another directory finds them
+        k: str(Path(v).expanduser().absolute())
+        for k in ("seed_dir", "speedrun_dir")
+        if (v := getattr(cfg, k))
+    }
+    cfg = replace(cfg, mlebench_dir=str(tree) if tree is not None else None, **folders)
+    return cfg, preset.name
+
+
+def _check_speedrun(cfg: Any) -> None:
+    """``nanogpt.check_speedrun_setup`` on ``--speedrun-dir`` / ``--data-root`` (8 GPUs).
+
+    Raises:
+        UsageError: a folder not given or failing the check (names the flag and the value).
+    """
+    from rpg_llm.loop.backends import SPEEDRUN_GPUS, SPEEDRUN_ID
+    from rpg_llm.presets import NANOGPT_ENV
+    from rpg_llm.tasks import nanogpt
+
+    if not cfg.speedrun_dir:
+        raise UsageError(
+            f"--task {SPEEDRUN_ID} needs --speedrun-dir DIR (a modded-nanogpt checkout holding "
+            "train_gpt.py)"
+        )
+    if not cfg.data_root:
+        raise UsageError(
+            f"--task {SPEEDRUN_ID} needs --data-root DIR (the FineWeb shards; or env {NANOGPT_ENV})"
+        )
+    try:
+        nanogpt.check_speedrun_setup(cfg.speedrun_dir, cfg.data_root, SPEEDRUN_GPUS)
+    except ValueError as err:
+        msg = str(err)
+        raise UsageError(msg if msg.startswith("--") else f"--task {SPEEDRUN_ID}: {msg}") from None
 
 
 def _check_inputs(cfg: Any, preset_name: str) -> None:
-    """Fail early (before a run folder is made) on a missing model, task or preset resource."""
+    """Fail early (before a run folder is made or a model loaded) on a missing model, task,
+    grader, seed folder or preset resource.
+
+    Raises:
+        UsageError: naming the flag and the value.
+    """
     from rpg_llm import tasks
+    from rpg_llm.loop.backends import SPEEDRUN_ID
     from rpg_llm.policy import resolve_model
     from rpg_llm.presets import get_preset, missing_resources
+    from rpg_llm.tasks import nanogpt
+    from rpg_llm.tasks.cliflags import seed_dir_arg
 
+    if cfg.task == SPEEDRUN_ID:
+        _check_speedrun(cfg)
     preset = get_preset(preset_name)
     if preset.gpus > 0 or preset.data_env is not None:
         missing = missing_resources(preset, cfg.model, cfg.data_root)
@@ -91,11 +143,17 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
         resolve_model(cfg.model)
     except ValueError as err:
         raise UsageError(f"--model {cfg.model}: {err}") from None
+    if cfg.seed_dir is not None:
+        seed_dir_arg(Path(cfg.seed_dir))
+    if cfg.task in nanogpt.TASK_IDS or cfg.task == SPEEDRUN_ID:
+        return
     try:
         comp_id = tasks.resolve_id(cfg.task)
         if comp_id not in tasks.list_offline_competitions():
             root = Path(cfg.data_root) if cfg.data_root else None
-            tasks.load_competition(comp_id, root)  # raises ValueError naming the id and the root
+            tree = Path(cfg.mlebench_dir) if cfg.mlebench_dir else None
+            comp = tasks.load_competition(comp_id, root, tree)  # names the id, root and tree
+            tasks.load_grader(comp)  # GradingSetupError: the grader cannot be imported
     except ValueError as err:
         raise UsageError(f"--task {cfg.task}: {err}") from None
 

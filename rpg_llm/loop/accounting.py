@@ -3,13 +3,18 @@
 Slot ``i % S`` accumulates the raw reward and the charged time of batch row ``i`` (never reset;
 DESIGN.md section 4); the NIW estimator is refitted on the slot sums after every step and gives
 that step's ``rho_hat``; rewards are then relative (RPG) or raw (vanilla), plus the improvement
-bonus (:mod:`rpg_llm.rewards`). Samples whose status is ``infra`` (the sandbox, grader set-up or
-machine failed, not the script) feed neither the slots nor the best score.
+bonus (:mod:`rpg_llm.rewards`); a task with rewards of its own (NanoGPT) replaces the raw reward
+the slots get, the vanilla reward and the bonus (:class:`TaskRewards`). Samples whose status is
+``infra`` (the sandbox, grader set-up or machine failed, not the script) feed neither the slots
+nor the best score.
 """
 
 from __future__ import annotations
 
 import math
+import typing
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -17,7 +22,14 @@ import torch
 
 from rpg_llm.rewards import RewardConfig, StepRewards, charged_time, step_rewards
 
-__all__ = ["RateTracker", "Accounts", "INFRA", "infra_mask"]
+__all__ = [
+    "RateTracker",
+    "Accounts",
+    "TaskRewards",
+    "nanogpt_rewards",
+    "INFRA",
+    "infra_mask",
+]
 
 INFRA = "infra"
 
@@ -67,13 +79,44 @@ class RateTracker:
         return rho
 
 
+class TaskRewards(typing.NamedTuple):
+    """A task's own rewards (the NanoGPT task, ``rpg_llm.tasks.nanogpt.rewards``).
+
+    Attributes:
+        rate: ``(score, valid) -> float``, what the estimator's slots get (``max(0, 10 - L)``
+            or 0).
+        vanilla: ``(score, valid, delta_s) -> float``, the vanilla arm's reward.
+    """
+
+    rate: Callable[[Any, bool], float]
+    vanilla: Callable[[Any, bool, float], float]
+
+
+def nanogpt_rewards(target: float) -> TaskRewards:
+    """The NanoGPT task's rewards for target val loss ``target`` (nats): the estimator is fed
+    ``nanogpt.rate_reward``, vanilla gets ``nanogpt.vanilla_reward`` (invalid: -3000); the RPG
+    arm's raw reward is the stored ``nanogpt.rpg_reward`` (its own +5 bonus included)."""
+    from rpg_llm.tasks import nanogpt
+
+    return TaskRewards(
+        rate=nanogpt.rate_reward,
+        vanilla=lambda score, ok, delta: nanogpt.vanilla_reward(score, ok, target, delta),
+    )
+
+
 class Accounts:
     """The run's reward-rate estimate and best raw reward, fed step by step from stored samples
-    (the same calls on a fresh run and on resume, so both give the same numbers)."""
+    (the same calls on a fresh run and on resume, so both give the same numbers).
 
-    def __init__(self, rates: RateTracker, reward_cfg: RewardConfig):
+    With ``task_rewards`` (a task with rewards of its own, e.g. :func:`nanogpt_rewards`) the
+    estimator is fed ``task_rewards.rate``, the vanilla arm gets ``task_rewards.vanilla`` and
+    the generic improvement bonus is 0 (the task's raw reward holds its own bonus).
+    """
+
+    def __init__(self, rates: RateTracker, reward_cfg: RewardConfig, task_rewards=None):
         self.rates = rates
-        self.cfg = reward_cfg
+        self.task_rewards: TaskRewards | None = task_rewards
+        self.cfg = reward_cfg if task_rewards is None else replace(reward_cfg, bonus=0.0)
         self.best = -math.inf  # seeds included (the improvement bonus)
         self.best_generated = -math.inf  # the policy's own samples only (steps >= 1)
 
@@ -81,17 +124,33 @@ class Accounts:
     def rho_hat(self) -> float:
         return self.rates.rho_hat
 
-    def _arrays(self, samples: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _arrays(self, samples: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``[B]`` arrays: reward of the arm (before rho_hat), what the slots get, valid, delta."""
         raw = np.array([s.raw_reward for s in samples], dtype=np.float64)
         valid = np.array([s.status == "ok" for s in samples], dtype=bool)
         delta = np.array([s.exec_time for s in samples], dtype=np.float64)
-        return raw, valid, delta
+        rate = raw
+        tr = self.task_rewards
+        if tr is not None:
+            rate = np.array(
+                [tr.rate(s.score, bool(v)) for s, v in zip(samples, valid, strict=True)],
+                dtype=np.float64,
+            )
+            if self.cfg.method == "vanilla":
+                raw = np.array(
+                    [
+                        tr.vanilla(s.score, bool(v), float(s.exec_time))
+                        for s, v in zip(samples, valid, strict=True)
+                    ],
+                    dtype=np.float64,
+                )
+        return raw, rate, valid, delta
 
-    def _feed(self, step: int, samples: list[Any], raw, valid, delta) -> float:
+    def _feed(self, step: int, samples: list[Any], rate, valid, delta) -> float:
         keep = ~infra_mask(samples)
         times = charged_time(valid, delta, self.cfg)
         rows = [s.row for s, k in zip(samples, keep, strict=True) if k]
-        return self.rates.refit(step, rows, raw[keep], times[keep])
+        return self.rates.refit(step, rows, rate[keep], times[keep])
 
     def feed_seeds(self, step: int, seeds: list[Any]) -> None:
         """The seed solutions are historical samples: they set the best score and feed the
@@ -99,15 +158,15 @@ class Accounts:
         (paper, section 5: the estimator is fitted from the samples in the buffer)."""
         if not seeds:
             return
-        raw, valid, delta = self._arrays(seeds)
-        self._feed(step, seeds, raw, valid, delta)
+        raw, rate, valid, delta = self._arrays(seeds)
+        self._feed(step, seeds, rate, valid, delta)
         if valid.any():
             self.best = max(self.best, float(raw[valid].max()))
 
     def account(self, step: int, samples: list[Any]) -> StepRewards:
         """Refit ``rho_hat`` on the slot sums including this step, then this step's rewards."""
-        raw, valid, delta = self._arrays(samples)
-        rho = self._feed(step, samples, raw, valid, delta)
+        raw, rate, valid, delta = self._arrays(samples)
+        rho = self._feed(step, samples, rate, valid, delta)
         sr = step_rewards(raw, valid, delta, rho, self.best, self.cfg)
         self.best = sr.best
         if valid.any():

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from rpg_llm.config import LoopConfig
-from rpg_llm.loop.accounting import Accounts, RateTracker, infra_mask
+from rpg_llm.loop.accounting import Accounts, RateTracker, TaskRewards, infra_mask, nanogpt_rewards
 from rpg_llm.loop.backends import Backends, default_backends
 from rpg_llm.loop.dist import Dist
 from rpg_llm.loop.execution import execute_rollout, execute_seeds
@@ -84,7 +84,7 @@ class Trainer:
                 "processes"
             )
         self.folder = RunFolder(run_dir)
-        self.backends = backends or default_backends()
+        self.backends = backends or default_backends(cfg)
         self.progress = progress
         self.on_stage = on_stage or (lambda step, stage: None)
         self.comp = self.backends.load_task(cfg.task, cfg.data_root)
@@ -98,7 +98,7 @@ class Trainer:
         self.executor = self.backends.make_executor(cfg.executor, cfg.workers)
         num_slots = cfg.num_slots or min(128, cfg.batch_size)
         rates = RateTracker(self.backends.estimator, num_slots, cfg.seed, cfg.estimator_batches)
-        self.accounts = Accounts(rates, cfg.reward)
+        self.accounts = Accounts(rates, cfg.reward, _task_rewards(self.comp))
         self.start_step = self._restore() if resume else 1
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -318,6 +318,15 @@ class Trainer:
         if close is not None:
             close()
         self.recorder.close()
+
+
+def _task_rewards(comp: Any) -> TaskRewards | None:
+    """The task's own rewards (a NanoGPT task: :func:`nanogpt_rewards` of its target), or None."""
+    from rpg_llm.tasks import nanogpt
+
+    if isinstance(comp, nanogpt.NanoGPTTask):
+        return nanogpt_rewards(comp.settings.target_loss)
+    return None
 
 
 def train(

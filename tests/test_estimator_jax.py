@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from rpg_core import niw
 from rpg_jax import estimator as E
 from rpg_jax import student_t
 
@@ -401,3 +402,46 @@ def test_bad_inputs_raise_value_error():
         E.make_niw_estimator(num_slots=8).refit(s, jnp.ones(4), jnp.ones(4), jax.random.key(0))
     with pytest.raises(ValueError, match="dtype"):
         E.init_state(jnp.int32)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    m=st.integers(1, 1200),
+    q=st.sampled_from([0.0, 0.05, 0.5, 0.95, 0.999, 1.0]),
+    f64=st.booleans(),
+    ties=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_selected_rate_quantile_equals_the_sorting_quantile(m, q, f64, ties, seed):
+    """The top_k selection gives the sort-based quantile (jnp.quantile's linear rule) to the
+    last bits (XLA may contract the interpolation into an FMA in one graph and not the other),
+    and both equal NumPy's quantile of the same numbers (up to the dtype's rounding)."""
+    dtype = jnp.float64 if f64 else jnp.float32
+    rng = np.random.default_rng(seed)
+    x = rng.standard_t(3.0, m)
+    if ties:
+        x = np.round(x, 1)
+    rates = jnp.asarray(x, dtype)
+    got = E.selected_rate_quantile(rates, q)
+    want = niw.rate_quantile(jnp, rates, q)
+    assert got.dtype == rates.dtype
+    eps = float(jnp.finfo(dtype).eps)
+    scale = float(np.max(np.abs(np.asarray(rates))))  # rounding of a (1 - w) + b w
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=8 * eps * scale)
+    ref = max(0.0, float(np.quantile(np.asarray(rates, np.float64), q)))
+    np.testing.assert_allclose(float(got), ref, rtol=1e-5 if not f64 else 1e-12, atol=1e-6)
+
+
+def test_selected_rate_quantile_nan_and_bad_input():
+    rates = jnp.asarray([0.3, np.nan, 0.1, 0.2], jnp.float32)
+    assert np.isnan(float(E.selected_rate_quantile(rates, 0.95)))
+    assert float(E.selected_rate_quantile(jnp.asarray([-2.0, -1.0]), 0.95)) == 0.0
+    with pytest.raises(ValueError, match="quantile"):
+        E.selected_rate_quantile(rates, 1.5)
+    with pytest.raises(ValueError, match="shape"):
+        E.selected_rate_quantile(jnp.zeros((2, 3)), 0.5)
+    # traced quantile: the sorting path, same value
+    f = jax.jit(E.selected_rate_quantile)
+    x = jnp.asarray(np.random.default_rng(0).normal(size=101), jnp.float32)
+    want = np.asarray(niw.rate_quantile(jnp, x, 0.9))
+    np.testing.assert_allclose(np.asarray(f(x, 0.9)), want, rtol=1e-6)

@@ -71,7 +71,6 @@ __all__ = [
     "OracleState",
     "oracle_estimator",
     "reference_niw_estimator",
-    "masked_rate_quantile",
     "relative_value_estimate",
     "pg_theta_step",
     "make_pg_fns",
@@ -169,77 +168,37 @@ def oracle_estimator(rho: float) -> _EstimatorLike:
     return _EstimatorLike(init, refit)
 
 
-def masked_rate_quantile(
-    state: Any,
-    key: jax.Array,
-    mask: jax.Array,
-    num_batches: int = 1000,
-    quantile: float = 0.95,
-    chunk_batches: int = 50,
-) -> jax.Array:
-    """``max(0, quantile)`` of ``sum_mask r / sum_mask exp(t)`` over synthetic batches whose size
-    is the number of True entries of ``mask`` (dynamic under ``jit``).
-
-    Each batch draws ``S = mask.size`` predictive slot vectors with
-    ``rpg_jax.estimator.predictive_draws`` and keeps the masked ones: the draws are i.i.d., so this
-    is a batch of ``n = sum(mask)`` draws. Batches are drawn ``chunk_batches`` at a time in a
-    ``lax.scan`` (chunk ``i`` from ``jax.random.split(key, k)[i]``), never all at once.
-
-    Args:
-      state: ``rpg_jax.estimator.NIWState`` (fitted).
-      key: a ``jax.random`` key.
-      mask: bool ``(S,)``, at least one True.
-      num_batches: ``M`` (static). quantile: in ``[0, 1]``. chunk_batches: static speed knob.
-
-    Returns:
-      ``rho_hat``, shape ``()``, the state's dtype, >= 0.
-
-    Source: DESIGN.md sections 4 and 5 (reference: "M = 1000 batches of n").
-    """
-    from rpg_jax import estimator as est
-
-    S = int(mask.shape[0])
-    k = -(-num_batches // chunk_batches)
-    c = -(-num_batches // k)
-    w = mask.astype(state.mu.dtype)
-
-    def chunk(_, kc):
-        y = est.predictive_draws(state, kc, S, c, chunk_batches=c)
-        return None, (y[..., 0] @ w) / (jnp.exp(y[..., 1]) @ w)
-
-    _, rates = jax.lax.scan(chunk, None, jax.random.split(key, k))
-    rho = jnp.quantile(rates.reshape(-1)[:num_batches], quantile)
-    return jnp.maximum(rho, 0.0).astype(state.rho_hat.dtype)
-
-
 def reference_niw_estimator(
     num_slots: int = 128, num_batches: int = 1000, quantile: float = 0.95, lam: float = 0.3
 ) -> _EstimatorLike:
     """The NIW estimator as the reference feeding calls it: on the non-empty slots only.
 
-    ``refit(est_state, slot_r (S,), slot_d (S,), mask (S,) bool, key)``: the NIW update with
-    forgetting (``rpg_jax.estimator.update``) on the masked slots, then ``rho_hat`` =
-    :func:`masked_rate_quantile` with ``M = num_batches`` batches of ``n = sum(mask)`` draws;
-    when the update did not fit (< 2 usable slots) ``rho_hat`` keeps its value.
+    ``refit(est_state, slot_r (S,), slot_d (S,), mask (S,) bool, key)`` zeroes the slots outside
+    ``mask`` (an empty slot, time 0, is not usable) and runs the fused estimator
+    ``rpg_jax.estimator.make_niw_estimator(num_slots, ..., batch="usable")``: the NIW update with
+    forgetting on the ``n = sum(mask)`` masked slots, then ``rho_hat`` = ``max(0, quantile)`` of
+    ``M = num_batches`` synthetic batch rates of ``n`` predictive slot vectors each (drawn and
+    reduced in one XLA fusion, ``rpg_jax.polar_t.batch_rates``); when the update did not fit
+    (< 2 usable slots) ``rho_hat`` keeps its value. State: ``rpg_jax.estimator.NIWState``.
 
     Raises:
       ValueError: on a bad ``num_slots`` / ``num_batches`` / ``quantile`` / ``lam`` (checked by
-        ``rpg_jax.estimator.make_niw_estimator``).
+        ``rpg_jax.estimator.make_niw_estimator``, before any tracing).
 
     Source: DESIGN.md section 5 ("The NIW update gets the non-empty slots only, so n = their
-    count, which is also the synthetic batch size").
+    count, which is also the synthetic batch size"); the law is tested against a NumPy masked
+    refit in ``tests/test_npg.py`` (``testkit/numpy_ref_masked.py``).
     """
     from rpg_jax import estimator as est
 
-    est.make_niw_estimator(num_slots, num_batches, quantile, lam)  # checks the settings
+    fused = est.make_niw_estimator(num_slots, num_batches, quantile, lam, batch="usable")
 
     def refit(state, slot_r, slot_d, mask, key):
         chex.assert_shape([slot_r, slot_d, mask], (num_slots,))
-        fit = est.update(state, jnp.where(mask, slot_r, 0.0), jnp.where(mask, slot_d, 0.0), lam)
-        rho = masked_rate_quantile(fit, key, mask, num_batches, quantile)
-        return fit._replace(rho_hat=jnp.where(fit.fitted, rho, state.rho_hat))
+        zero = jnp.zeros_like(slot_d)
+        return fused.refit(state, jnp.where(mask, slot_r, zero), jnp.where(mask, slot_d, zero), key)
 
-    return _EstimatorLike(est.init_state, refit)
+    return _EstimatorLike(fused.init, refit)
 
 
 def relative_value_estimate(

@@ -202,7 +202,7 @@ def test_seeds_feed_the_estimator_and_rpg_parents_use_it(tiny_model_dir, tmp_pat
             trainer.rebuild()
             assert trainer.accounts.rho_hat == pytest.approx((0.8 + 0.4) / (4.0 + 1.0))
             assert trainer.accounts.best == pytest.approx(0.8)
-            prompts, parent_ids = trainer.prompts()
+            prompts, parent_ids, _ = trainer.prompts()
             codes = {s.id: s.code.strip() for s in trainer.step_samples(0)}
             order[method] = [codes[i] for i in parent_ids]
         finally:

@@ -60,8 +60,9 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "cpu-default",
             "SmolLM2-135M on the offline text competition (bbc-news-logloss), RPG, seeded "
-            "buffer, edit answers, 8 SFT steps, 10 PPO steps of B = 2 (time: see "
-            "benchmarks/RESULTS.md)",
+            "buffer, edit answers, 8 SFT steps, 10 PPO steps of B = 2; measured: 35 min wall on "
+            "the shared 2-core machine at load ~7 (12 min of CPU time), peak RSS 6.8 GB, run "
+            "folder 3.1 GB",
             replace(
                 BASE,
                 task="text",

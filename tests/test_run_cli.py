@@ -125,6 +125,8 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
         "--batch-size",
         "2",
         "--no-seed-buffer",
+        "--sft-steps",
+        "2",  # the cpu-default's edit format with a short SFT warm start (re-run on resume)
         "--checkpoint-every",
         str(every),
         "--max-new-tokens",
@@ -148,6 +150,8 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
     assert after[: len(before)] == before  # stored samples kept, same ids
     assert sorted((s, r) for _, s, r in after) == [(s, r) for s in (1, 2, 3) for r in (0, 1)]
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["sft_step"] for m in metrics if "sft/loss" in m] == [1, 2]  # once, not on resume
+    metrics = [m for m in metrics if "sft/loss" not in m]
     assert [m["step"] for m in metrics] == [1, 2, 3]
     replayed = {m["step"]: m["replayed"] for m in metrics}
     assert replayed[2] is True and replayed[3] is False
@@ -181,6 +185,8 @@ def test_two_processes_share_generation_and_training(tmp_path, tiny_model_dir):
         "--batch-size",
         "2",
         "--no-seed-buffer",
+        "--sft-steps",
+        "2",
         "--max-new-tokens",
         "8",
         "--max-prompt-tokens",
@@ -202,7 +208,7 @@ def test_two_processes_share_generation_and_training(tmp_path, tiny_model_dir):
     assert out.returncode == 0, out.stderr[-3000:]
     assert sorted((s, r) for _, s, r in _samples(run)) == [(1, 0), (1, 1), (2, 0), (2, 1)]
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [1, 2]
+    assert [m["step"] for m in metrics if "sft/loss" not in m] == [1, 2]
     assert (run / "logs" / "run.rank1.log").exists()
     assert (run / "checkpoints" / "step_000002" / "trainer.pt").exists()
     assert out.stdout.count("run folder:") == 1  # only the main process reports

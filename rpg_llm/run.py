@@ -1,8 +1,9 @@
 """``python -m rpg_llm.run``: train a policy with RPG (or the vanilla arm) on a competition.
 
 With no arguments it runs the CPU default (preset ``cpu-default``): SmolLM2-135M-Instruct on the
-offline text competition, a small batch, a few PPO steps, the RPG arm, with a progress display,
-and writes the budget-curve data into the run folder. Examples::
+offline text competition, the edit answer format after an 8-step SFT warm start, B = 2, 10 PPO
+steps, the RPG arm, with a progress display, and writes the budget-curve data into the run
+folder. Examples::
 
     python -m rpg_llm.run
     python -m rpg_llm.run --method vanilla --steps 3 --out runs/vanilla

@@ -27,10 +27,27 @@ from rpg_llm.budget import (
     read_chains,
 )
 
-__all__ = ["Chain", "read_chains", "curve", "budget_curves", "main"]
+__all__ = ["Chain", "read_chains", "curve", "budget_curves", "y_label", "main"]
 
 PROG = "python -m paper_figures.budget_curves"
 _COLORS = {"rpg": "tab:red", "vanilla": "tab:blue"}
+
+
+def y_label(run_dirs: Sequence[str | Path]) -> str:
+    """The y-axis label: the best raw reward for competition runs; for NanoGPT runs
+    (:func:`rpg_llm.budget.is_loss_task`) the curves are minus the best crossing val loss."""
+    from rpg_llm.budget import is_loss_task
+    from rpg_llm.runfolder import RunFolder
+
+    loss = []
+    for d in run_dirs:
+        config = RunFolder(d).load_config()
+        loss.append(is_loss_task(config.get("competition") or config.get("task")))
+    if all(loss):
+        return "minus the best crossing val loss so far"
+    if any(loss):
+        return "best so far: raw reward (NanoGPT runs: minus crossing val loss)"
+    return "best raw reward so far"
 
 
 def budget_curves(
@@ -68,7 +85,7 @@ def budget_curves(
         ax.fill_between(budgets, lo, hi, step="post", alpha=0.2, color=color)
         rows.extend(curve_rows(label, budgets, res))
     ax.set_xlabel("cumulative execution time per chain (s)")
-    ax.set_ylabel("best raw reward so far")
+    ax.set_ylabel(y_label(run_dirs))
     ax.set_title("Budget curves (mean ± s.e. across chains)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

@@ -25,6 +25,7 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
+from rpg_llm.actions import ACTION_FORMATS
 from rpg_llm.ppo import PPOConfig
 from rpg_llm.rewards import RewardConfig
 
@@ -127,6 +128,15 @@ class LoopConfig:
             than two for both decoding and the PPO step on the shared 2-core machine
             (benchmarks/RESULTS.md): the many small ops make thread barriers dominate.
         run_name: label stored with each sample (default: ``<method>-seed<seed>``).
+        action: answer format (``rpg_llm.actions.ACTION_FORMATS``): ``script`` (the paper's: the
+            fenced block is the whole script) or ``edit`` (``NAME = <literal>`` lines replacing
+            the parent's editable constants; the complete script is stored).
+        describe: show the competition description in the prompts (``--no-description``
+            leaves it out: shorter prompts for small models).
+        sft_steps: supervised warm-start steps before RL (``rpg_llm.sft``; 0: none). The PPO
+            trainer is built afterwards, so its reference and critic start from the SFT weights.
+        sft_lr, sft_batch_size, sft_examples: AdamW learning rate, pairs per SFT step, and the
+            number of prompt -> answer pairs built from the task's baselines.
         sampling: :class:`SamplingConfig`; reward: :class:`RewardConfig` (the arm ``method`` and
             the timeout live there); ppo: :class:`PPOConfig`.
     """
@@ -184,6 +194,28 @@ class LoopConfig:
     )
     cpu_threads: int | None = field(default=1, metadata=flag(help="torch threads on a CPU"))
     run_name: str | None = field(default=None, metadata=flag(help="label stored with samples"))
+    action: str = field(
+        default="script",
+        metadata=flag(
+            help="answer format: script (the whole script) or edit (new values for the parent's "
+            "constants)",
+            choices=ACTION_FORMATS,
+        ),
+    )
+    describe: bool = field(
+        default=True,
+        metadata=flag("--description", help="show the competition description in the prompts"),
+    )
+    sft_steps: int = field(
+        default=0, metadata=flag(help="supervised warm-start steps before RL (0: none)")
+    )
+    sft_lr: float = field(default=4e-5, metadata=flag(help="SFT learning rate (AdamW)"))
+    sft_batch_size: int = field(
+        default=4, metadata=flag(help="prompt -> answer pairs per SFT step")
+    )
+    sft_examples: int = field(
+        default=64, metadata=flag(help="SFT pairs built from the task's baseline scripts")
+    )
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -195,6 +227,13 @@ class LoopConfig:
             _int_at_least(self, name, 1)
         _int_at_least(self, "num_slots", 2, optional=True)
         _int_at_least(self, "cpu_threads", 1, optional=True)
+        _int_at_least(self, "sft_steps", 0)
+        _int_at_least(self, "sft_batch_size", 1)
+        _int_at_least(self, "sft_examples", 1)
+        if not (isinstance(self.sft_lr, int | float) and self.sft_lr > 0):
+            raise ValueError(f"sft_lr must be > 0, got {self.sft_lr!r}")
+        if not isinstance(self.describe, bool):
+            raise ValueError(f"describe must be True or False, got {self.describe!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
         for name, cls in (

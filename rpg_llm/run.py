@@ -1,8 +1,9 @@
 """``python -m rpg_llm.run``: train a policy with RPG (or the vanilla arm) on a competition.
 
 With no arguments it runs the CPU default (preset ``cpu-default``): SmolLM2-135M-Instruct on the
-offline text competition, a small batch, a few PPO steps, the RPG arm, with a progress display,
-and writes the budget-curve data into the run folder. Examples::
+offline text competition, the edit answer format after an 8-step SFT warm start, B = 2, 10 PPO
+steps, the RPG arm, with a progress display, and writes the budget-curve data into the run
+folder. Examples::
 
     python -m rpg_llm.run
     python -m rpg_llm.run --method vanilla --steps 3 --out runs/vanilla
@@ -89,7 +90,22 @@ def build_config(args: Any) -> tuple[Any, str]:
         if (v := getattr(cfg, k))
     }
     cfg = replace(cfg, mlebench_dir=str(tree) if tree is not None else None, **folders)
+    cfg = _task_timeout(cfg, preset, values)
     return cfg, preset.name
+
+
+def _task_timeout(cfg: Any, preset: Any, values: dict[str, Any]) -> Any:
+    """A NanoGPT task run without its preset takes the task's own timeout (an attempt of the
+    CPU stand-in takes minutes: the cpu-default's 60 s would kill every one), unless
+    ``--timeout`` is given."""
+    from dataclasses import replace
+
+    from rpg_llm.tasks import nanogpt
+
+    if cfg.task != "nanogpt-cpu" or "reward.timeout_s" in values or preset.config.task == cfg.task:
+        return cfg
+    timeout = float(nanogpt.cpu_settings(target_loss=1.0).timeout_s)  # the limit only
+    return replace(cfg, reward=replace(cfg.reward, timeout_s=timeout))
 
 
 def _check_speedrun(cfg: Any) -> None:
@@ -208,19 +224,32 @@ def _main(argv: Sequence[str] | None) -> int:
     wall = time.perf_counter() - t0
     if rank != 0:
         return 0
-    _report(records, wall, run_dir, plot=not args.no_plot)
+    _report(records, wall, run_dir, plot=not args.no_plot, method=cfg.method)
     return 0
 
 
-def _report(records: list[Any], wall: float, run_dir: Path, plot: bool) -> None:
+def summary_line(last: Any, method: str) -> str:
+    """The closing line of a run from its last :class:`rpg_llm.loop.StepRecord`: the best
+    *generated* raw reward (the policy's own valid samples; seed solutions never count, as in
+    the step lines), and what the arm trains on (vanilla: no ``rho_hat``)."""
+    import math
+
+    best = last.best_generated
+    best_s = "none (no valid generated sample)" if math.isnan(best) else f"{best:.4g}"
+    if method == "vanilla":
+        reward = f"mean reward {last.mean_reward:.4g}"
+    else:
+        reward = f"rho_hat {last.rho_hat:.4g}/s, mean relative reward {last.mean_reward:.4g}"
+    return (
+        f"last step {last.step}: {reward}, valid {last.valid_fraction:.2f}, best generated raw "
+        f"reward {best_s}"
+    )
+
+
+def _report(records: list[Any], wall: float, run_dir: Path, plot: bool, method: str) -> None:
     print(f"steps run: {len(records)} in {wall:.1f} s")
     if records:
-        last = records[-1]
-        print(
-            f"last step {last.step}: rho_hat {last.rho_hat:.4g}, mean reward "
-            f"{last.mean_reward:.4g}, valid {last.valid_fraction:.2f}, best raw reward "
-            f"{last.best_raw_reward:.4g}"
-        )
+        print(summary_line(records[-1], method))
     if plot:
         from rpg_llm.budget import write_budget_csv
         from rpg_llm.runfolder import RunFolder

@@ -23,6 +23,13 @@ tiny_model_dir = fixtures_llm.tiny_model_dir
 COPY_SAMPLE = "import shutil\nshutil.copy('input/sample_submission.csv', 'submission.csv')\n"
 
 
+def _print_one(text, action, parent_code=None):
+    """Every answer becomes the script ``print(1)`` (a stand-in for parse_action)."""
+    from rpg_llm.actions import Action
+
+    return Action("script", "print(1)\n")
+
+
 class _RatioState(NamedTuple):
     rho_hat: torch.Tensor
 
@@ -150,7 +157,7 @@ def test_relative_reward_uses_the_current_step_estimate(tiny_model_dir, tmp_path
 
         trainer.backends.run_batch = run_batch
         # every response "contains" a script
-        monkeypatch.setattr("rpg_llm.loop.execution.extract_code", lambda text: "print(1)\n")
+        monkeypatch.setattr("rpg_llm.loop.execution.parse_action", _print_one)
         trainer.step(1)
         trainer.step(2)
         # after step 1: slots (0.9, 3), (0.5, 1) -> rho_1 = 1.4 / 4 = 0.35
@@ -202,7 +209,7 @@ def test_seeds_feed_the_estimator_and_rpg_parents_use_it(tiny_model_dir, tmp_pat
             trainer.rebuild()
             assert trainer.accounts.rho_hat == pytest.approx((0.8 + 0.4) / (4.0 + 1.0))
             assert trainer.accounts.best == pytest.approx(0.8)
-            prompts, parent_ids = trainer.prompts()
+            prompts, parent_ids, _ = trainer.prompts()
             codes = {s.id: s.code.strip() for s in trainer.step_samples(0)}
             order[method] = [codes[i] for i in parent_ids]
         finally:
@@ -239,7 +246,7 @@ def test_infra_samples_are_masked_from_ppo_and_the_estimator(tiny_model_dir, tmp
         monkeypatch.setattr(trainer.ppo, "step", lambda batch: seen.append(batch.scores) or {})
         fake = iter([("ok", 0.9, 3.0), ("infra", 0.0, 0.2), ("ok", 0.5, 1.0), ("ok", 0.8, 2.0)])
         trainer.backends.run_batch = lambda codes, *a: [_outcome(*next(fake)) for _ in codes]
-        monkeypatch.setattr("rpg_llm.loop.execution.extract_code", lambda text: "print(1)\n")
+        monkeypatch.setattr("rpg_llm.loop.execution.parse_action", _print_one)
         rec1 = trainer.step(1)
         rec2 = trainer.step(2)
         assert [s.status for s in trainer.step_samples(1)] == ["ok", "infra"]

@@ -173,9 +173,10 @@ def test_presets_are_typed_replacements_with_the_old_values():
 
     cpu = PRESETS["cpu-default"].config
     assert isinstance(cpu, LoopConfig)
-    # the values the untyped dict preset held
-    assert (cpu.batch_size, cpu.steps, cpu.keep_checkpoints, cpu.timeout_s) == (2, 3, 1, 60.0)
-    assert (cpu.sampling.max_prompt_tokens, cpu.sampling.max_new_tokens) == (1024, 256)
+    # the untyped dict preset's values, then issue 11's edit-format CPU default
+    assert (cpu.batch_size, cpu.steps, cpu.keep_checkpoints, cpu.timeout_s) == (2, 10, 1, 60.0)
+    assert (cpu.sampling.max_prompt_tokens, cpu.sampling.max_new_tokens) == (352, 64)
+    assert (cpu.action, cpu.sft_steps, cpu.describe) == ("edit", 8, False)
     assert cpu.ppo == PPOConfig(micro_batch_size=1)
     mle = PRESETS["qwen3.5-4b-mlebench"].config
     assert (mle.batch_size, mle.timeout_s, mle.sampling.gen_batch_size) == (128, 600.0, 32)

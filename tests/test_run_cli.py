@@ -125,6 +125,8 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
         "--batch-size",
         "2",
         "--no-seed-buffer",
+        "--sft-steps",
+        "2",  # the cpu-default's edit format with a short SFT warm start (re-run on resume)
         "--checkpoint-every",
         str(every),
         "--max-new-tokens",
@@ -148,6 +150,8 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
     assert after[: len(before)] == before  # stored samples kept, same ids
     assert sorted((s, r) for _, s, r in after) == [(s, r) for s in (1, 2, 3) for r in (0, 1)]
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["sft_step"] for m in metrics if "sft/loss" in m] == [1, 2]  # once, not on resume
+    metrics = [m for m in metrics if "sft/loss" not in m]
     assert [m["step"] for m in metrics] == [1, 2, 3]
     replayed = {m["step"]: m["replayed"] for m in metrics}
     assert replayed[2] is True and replayed[3] is False
@@ -181,6 +185,8 @@ def test_two_processes_share_generation_and_training(tmp_path, tiny_model_dir):
         "--batch-size",
         "2",
         "--no-seed-buffer",
+        "--sft-steps",
+        "2",
         "--max-new-tokens",
         "8",
         "--max-prompt-tokens",
@@ -202,7 +208,7 @@ def test_two_processes_share_generation_and_training(tmp_path, tiny_model_dir):
     assert out.returncode == 0, out.stderr[-3000:]
     assert sorted((s, r) for _, s, r in _samples(run)) == [(1, 0), (1, 1), (2, 0), (2, 1)]
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [1, 2]
+    assert [m["step"] for m in metrics if "sft/loss" not in m] == [1, 2]
     assert (run / "logs" / "run.rank1.log").exists()
     assert (run / "checkpoints" / "step_000002" / "trainer.pt").exists()
     assert out.stdout.count("run folder:") == 1  # only the main process reports
@@ -227,3 +233,91 @@ def test_resume_refuses_settings_it_would_ignore(tmp_path, capsys):
     (tmp_path / "bad" / "config.json").write_text('{"steps": 3, "stepz": 1}')
     assert main(["--resume", str(tmp_path / "bad")]) == 2
     assert "unknown config key(s) stepz" in _one_line_error(capsys)
+
+
+# -- docs-review fixes (issue 11) -----------------------------------------------------------------
+
+
+def _record(**kw):
+    from rpg_llm.loop.recording import StepRecord
+
+    base = dict(
+        step=3,
+        rho_hat=0.0123,
+        rho_hat_parents=0.01,
+        mean_reward=-4.25,
+        mean_raw_reward=-3.5,
+        mean_delta=2.0,
+        valid_fraction=0.5,
+        best_raw_reward=0.9876,  # a seed's score: the buffer's best, seeds included
+        new_best=0,
+        gen_seconds=1.0,
+        exec_seconds=1.0,
+        ppo_seconds=1.0,
+        step_seconds=3.0,
+        gen_tokens=10,
+        replayed=False,
+        ppo={},
+        best_generated=0.4321,  # the policy's own best
+    )
+    return StepRecord(**(base | kw))
+
+
+def test_closing_line_reports_the_best_generated_score_not_a_seeds():
+    from rpg_llm.run import summary_line
+
+    line = summary_line(_record(), "rpg")
+    assert "0.4321" in line and "0.9876" not in line
+    assert "best generated" in line
+    none = summary_line(_record(best_generated=float("nan")), "rpg")
+    assert "0.9876" not in none and "none" in none
+
+
+def test_vanilla_lines_show_what_vanilla_uses():
+    from rpg_llm.run import summary_line
+
+    rec = _record()
+    for line in (rec.line(10, 2, "vanilla"), summary_line(rec, "vanilla")):
+        assert "rho_hat" not in line and "relative" not in line
+        assert "mean reward -4.25" in line
+    for line in (rec.line(10, 2, "rpg"), summary_line(rec, "rpg")):
+        assert "rho_hat 0.0123/s" in line and "mean relative reward -4.25" in line
+
+
+def _config_of(args):
+    from rpg_llm.run import _parser, build_config
+
+    return build_config(_parser().parse_args(args))[0]
+
+
+def test_nanogpt_task_without_its_preset_takes_the_tasks_timeout():
+    from rpg_llm.presets import get_preset
+    from rpg_llm.tasks import nanogpt
+
+    task_timeout = nanogpt.cpu_settings(target_loss=1.0).timeout_s
+    assert get_preset("cpu-default").config.timeout_s != task_timeout  # the bug's premise
+    assert _config_of(["--task", "nanogpt-cpu"]).timeout_s == task_timeout == 300.0
+    assert _config_of(["--task", "nanogpt-cpu", "--timeout", "90"]).timeout_s == 90.0
+    assert _config_of(["--preset", "nanogpt-cpu"]).timeout_s == task_timeout
+    assert _config_of(["--task", "text"]).timeout_s == get_preset("cpu-default").config.timeout_s
+
+
+def test_cpu_default_is_the_edit_format_with_sft():
+    cfg = _config_of([])
+    assert (cfg.action, cfg.sft_steps, cfg.describe) == ("edit", 8, False)
+    assert cfg.model == "HuggingFaceTB/SmolLM2-135M-Instruct" and cfg.steps >= 10
+    assert cfg.sampling.max_new_tokens == 64 and cfg.sampling.max_prompt_tokens <= 400
+    assert _config_of(["--action", "script", "--sft-steps", "0"]).action == "script"
+
+
+def test_budget_curve_label_names_the_nanogpt_quantity(tmp_path):
+    from paper_figures.budget_curves import y_label
+
+    runs = {}
+    for name, task in (("comp", "bbc-news-logloss"), ("ng", "nanogpt-cpu")):
+        runs[name] = tmp_path / name
+        runs[name].mkdir()
+        (runs[name] / "config.json").write_text(json.dumps({"competition": task}))
+    assert y_label([runs["comp"]]) == "best raw reward so far"
+    assert "val loss" in y_label([runs["ng"]]) and "raw reward" not in y_label([runs["ng"]])
+    assert "raw reward" in y_label([runs["comp"], runs["ng"]])

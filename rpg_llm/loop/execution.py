@@ -1,8 +1,12 @@
 """Execution stage: scripts -> outcomes -> stored samples (paper Algorithm 1, lines 6-8).
 
-The fenced code block of each response is its script (none: an ``invalid`` sample, not run);
-the scripts run in parallel in the sandbox and are graded; every sample of the step is stored in
-one buffer transaction. :func:`make_sample` is the one place a buffer sample is built.
+Each response becomes a script through :func:`rpg_llm.actions.parse_action` in the run's action
+format: ``script``, the fenced code block; ``edit``, the block's ``NAME = <literal>`` lines applied
+to the row's parent script (a block holding a whole script runs as that script). An answer without
+a block, or an edit that cannot be applied, is an ``invalid`` sample with the action's outcome
+text (naming the line), not run. The buffer stores the complete script that ran. The scripts
+run in parallel in the sandbox and are graded; every sample of the step is stored in one buffer
+transaction. :func:`make_sample` is the one place a buffer sample is built.
 """
 
 from __future__ import annotations
@@ -10,13 +14,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rpg_llm.actions import NO_BLOCK_TEXT, Action, parse_action
 from rpg_llm.loop.rollout import Rollout, prompt_hash
-from rpg_llm.prompts import extract_code
 from rpg_llm.rewards import INVALID_REWARD
 
-__all__ = ["NO_CODE_TEXT", "make_sample", "sample_status", "outcome_time", "execute_rollout"]
+__all__ = [
+    "NO_CODE_TEXT",
+    "make_sample",
+    "sample_status",
+    "outcome_time",
+    "rollout_actions",
+    "execute_rollout",
+]
 
-NO_CODE_TEXT = "invalid: the answer had no fenced ```python code block"
+NO_CODE_TEXT = NO_BLOCK_TEXT
 _KEPT_STATUSES = ("timeout", "oom", "error", "infra")
 
 
@@ -55,10 +66,12 @@ def make_sample(
     outcome: Any | None,
     time_measure: str,
     now: float,
+    invalid_text: str = NO_CODE_TEXT,
 ) -> Any:
-    """One buffer sample; ``outcome=None``: a response without a script (invalid, time 0)."""
+    """One buffer sample; ``outcome=None``: a response without a script (invalid, time 0),
+    whose outcome text is ``invalid_text`` (the action's reason)."""
     if outcome is None:
-        text, score, raw, delta, status = NO_CODE_TEXT, None, INVALID_REWARD, 0.0, "invalid"
+        text, score, raw, delta, status = invalid_text, None, INVALID_REWARD, 0.0, "invalid"
     else:
         text, score = outcome.outcome_text, outcome.score
         raw, delta = float(outcome.raw_reward), outcome_time(outcome, time_measure)
@@ -89,7 +102,8 @@ def execute_rollout(
         cfg: :class:`rpg_llm.config.LoopConfig`; comp: the competition; backends:
             :class:`rpg_llm.loop.backends.Backends`.
     """
-    codes = [extract_code(text) for text in rollout.texts]
+    actions = rollout_actions(rollout, cfg.action)
+    codes = [a.script for a in actions]
     runnable = [i for i, c in enumerate(codes) if c is not None]
     t0 = time.perf_counter()
     outcomes = backends.run_batch(
@@ -111,10 +125,26 @@ def execute_rollout(
             outcome=by_row.get(row),
             time_measure=cfg.reward.time_measure,
             now=now,
+            invalid_text=actions[row].outcome_text or NO_CODE_TEXT,
         )
         for row, text in enumerate(rollout.texts)
     ]
     return samples, seconds
+
+
+def rollout_actions(rollout: Rollout, action: str) -> list[Action]:
+    """The :class:`rpg_llm.actions.Action` of each row (pure: the same answers and parents give
+    the same actions, so the step metrics can recompute them).
+
+    Raises:
+        ValueError: the edit format and a rollout without parent scripts (a rollout file saved
+            by an older version).
+    """
+    parents = rollout.parent_codes
+    if action == "edit" and parents is None:
+        raise ValueError(f"step {rollout.step}: the edit format needs the rollout's parent scripts")
+    parents = parents if parents is not None else [None] * len(rollout.texts)
+    return [parse_action(t, action, p) for t, p in zip(rollout.texts, parents, strict=True)]
 
 
 def execute_seeds(

@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,10 @@ class StepRecord:
 
     ``infra``: samples whose failure was the machine's, not the script's (masked out of PPO and
     of the estimator); ``capped``: responses cut at the token cap; ``best_generated``: the best
-    valid raw reward of the policy's own samples so far (seed solutions never count; NaN: none).
+    valid raw reward of the policy's own samples so far (seed solutions never count; NaN: none);
+    ``best_raw_reward``: the best raw reward of the buffer, seeds included (the bonus threshold);
+    ``answers``: the step's answers by what they became
+    (:func:`rpg_llm.loop.trainer.answer_counts`: ``edit``, ``changed``, ``script``, ``invalid``).
     """
 
     step: int
@@ -51,20 +54,29 @@ class StepRecord:
     infra: int = 0
     capped: int = 0
     best_generated: float = float("nan")
+    answers: dict[str, int] = field(default_factory=dict)
 
     def flat(self) -> dict[str, Any]:
         d = asdict(self)
         d.update({f"ppo/{k}": v for k, v in d.pop("ppo").items()})
+        d.update({f"answers/{k}": v for k, v in d.pop("answers").items()})
         return d
 
-    def line(self, steps: int, batch_size: int) -> str:
-        """One line for the terminal: what a user watches a run by."""
+    def line(self, steps: int, batch_size: int, method: str = "rpg") -> str:
+        """One line for the terminal: what a user watches a run by. The RPG arm shows
+        ``rho_hat`` and the mean relative reward it trains on; the vanilla arm, which uses
+        neither, shows the mean raw reward (+ bonus) it trains on."""
         best = "none yet" if math.isnan(self.best_generated) else f"{self.best_generated:.4g}"
         infra = f", infra {self.infra}" if self.infra else ""
+        if method == "vanilla":
+            reward = f"mean reward {self.mean_reward:.4g}"
+        else:
+            reward = f"rho_hat {self.rho_hat:.4g}/s, mean relative reward {self.mean_reward:.4g}"
+        a = self.answers
+        edits = f", edits {a['changed']}/{a['edit']} changing a value" if a.get("edit") else ""
         return (
-            f"step {self.step}/{steps}: valid {self.valid_fraction:.2f}, capped at the token cap "
-            f"{self.capped}/{batch_size}, rho_hat {self.rho_hat:.4g}/s, mean relative reward "
-            f"{self.mean_reward:.4g}, best generated score {best}{infra}"
+            f"step {self.step}/{steps}: valid {self.valid_fraction:.2f}{edits}, capped at the "
+            f"token cap {self.capped}/{batch_size}, {reward}, best generated score {best}{infra}"
             + (" (replayed)" if self.replayed else "")
         )
 
@@ -169,6 +181,16 @@ class Recorder:
         self.folder.append_metrics(rec.flat())
         log.info("step %d: %s", rec.step, json.dumps(rec.flat(), default=float))
         return rec
+
+    def record_sft(self, sft_step: int, loss: float) -> None:
+        """Main process: one SFT step's loss (nats per answer token) to TensorBoard
+        (``sft/loss`` at ``sft_step``) and ``metrics.jsonl`` (``step`` 0, before RL)."""
+        if not self.main:
+            return
+        self.tb.add_scalar("sft/loss", loss, sft_step)
+        self.tb.flush()
+        self.folder.append_metrics({"step": 0, "sft_step": sft_step, "sft/loss": loss})
+        log.info("SFT step %d: loss %.4f", sft_step, loss)
 
     def write_samples(
         self, samples: list[Any], rewards: np.ndarray | None, tokens: list[int] | None

@@ -1,7 +1,11 @@
 """Rollout stage: parents -> prompts -> one response per prompt (paper Algorithm 1, lines 3-5).
 
 Parents are the top-``B`` buffer entries by ``raw_reward - rho_hat * time`` (vanilla: raw reward;
-DESIGN.md section 7); the base prompt while the buffer is empty. Generation is seeded per step
+DESIGN.md section 7); the base prompt while the buffer is empty. In the ``edit`` action format
+(:mod:`rpg_llm.actions`) the prompt is :func:`rpg_llm.prompts.edit_prompt` of the parent's stored
+script, and while the buffer is empty of one of the task's baselines with editable constants
+(row ``i``: baseline ``i mod n``). Every row keeps its parent's code, which the execution stage
+applies the edit to. Generation is seeded per step
 (and per process), so a step's responses depend only on the run seed, the step and the policy.
 """
 
@@ -11,7 +15,7 @@ import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rpg_llm.prompts import base_prompt, improve_prompt
+from rpg_llm.prompts import BASELINE_OUTCOME, base_prompt, edit_prompt, improve_prompt
 
 __all__ = ["Rollout", "prompt_hash", "make_prompts", "generate_rollout", "CHAT_TEMPLATE_ROOM"]
 
@@ -30,6 +34,8 @@ class Rollout:
         gen_seconds: wall time of generation, seconds (the slowest process).
         gen_tokens: response tokens in all.
         capped: responses that reached ``max_new_tokens`` (cut at the token cap).
+        parent_codes: ``B`` parent scripts (None: the base prompt of the script format); the
+            edit format applies each row's answer to its parent's script.
     """
 
     step: int
@@ -41,6 +47,7 @@ class Rollout:
     gen_seconds: float
     gen_tokens: int
     capped: int = 0
+    parent_codes: list[str | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,27 +77,45 @@ def make_prompts(
     timeout_s: float,
     max_prompt_tokens: int,
     tokenizer: Any,
-) -> tuple[list[str], list[int | None]]:
-    """``B`` prompts and their parents' ids.
+    action: str = "script",
+    baselines: list[tuple[str, str]] | None = None,
+) -> tuple[list[str], list[int | None], list[str | None]]:
+    """``B`` prompts, their parents' ids and their parents' scripts.
 
     Args:
         rho: ``rho_hat`` for the RPG parent ranking; None ranks by raw reward (vanilla).
+        description: the competition description (``""``: left out of the prompts).
         timeout_s: the time limit stated in the prompt, seconds.
         max_prompt_tokens: prompt budget in tokens (the parent's code is cut to fit).
+        action: ``"script"`` or ``"edit"`` (:data:`rpg_llm.actions.ACTION_FORMATS`).
+        baselines: ``(name, code)`` of the task's baselines: the parents of the edit format's
+            base prompt (read only while the buffer is empty).
+
+    Raises:
+        ValueError: edit format, empty buffer and no baseline with editable constants.
     """
-    parents = buffer.top(batch_size, rho, run=run)
-    if not parents:
-        return [base_prompt(description, timeout_s)] * batch_size, [None] * batch_size
+    from rpg_llm.actions import editable_baselines
 
     def count(s: str) -> int:
         return len(tokenizer(s, add_special_tokens=False)["input_ids"])
 
     budget = max_prompt_tokens - CHAT_TEMPLATE_ROOM
+    parents = buffer.top(batch_size, rho, run=run)
+    if not parents:
+        if action != "edit":
+            prompt = base_prompt(description, timeout_s)
+            return [prompt] * batch_size, [None] * batch_size, [None] * batch_size
+        bases = editable_baselines(baselines or [])
+        codes: list[str | None] = [bases[i % len(bases)][1] for i in range(batch_size)]
+        prompts = [
+            edit_prompt(description, c, BASELINE_OUTCOME, timeout_s, budget, count) for c in codes
+        ]
+        return prompts, [None] * batch_size, codes
+    make = edit_prompt if action == "edit" else improve_prompt
     prompts = [
-        improve_prompt(description, p.code, _outcome_for_prompt(p), timeout_s, budget, count)
-        for p in parents
+        make(description, p.code, _outcome_for_prompt(p), timeout_s, budget, count) for p in parents
     ]
-    return prompts, [p.id for p in parents]
+    return prompts, [p.id for p in parents], [p.code for p in parents]
 
 
 def generate_rollout(
@@ -103,6 +128,7 @@ def generate_rollout(
     seed: int,
     dist: Any,
     cpu_threads: int | None,
+    parent_codes: list[str | None] | None = None,
 ) -> Rollout:
     """Generate one response per prompt, each process its rows, gathered in row order.
 
@@ -111,6 +137,7 @@ def generate_rollout(
             from (the PPO actor). sampling: :class:`rpg_llm.config.SamplingConfig`.
         seed: the run seed (the step's generator is seeded from it, the step and the rank).
         dist: :class:`rpg_llm.loop.dist.Dist`.
+        parent_codes: the rows' parent scripts (kept in the rollout for the execution stage).
     """
     from rpg_llm.policy import chat_prompt_ids, generate
 
@@ -146,4 +173,5 @@ def generate_rollout(
         gen_seconds=seconds,
         gen_tokens=sum(len(r) for r in responses),
         capped=sum(len(r) >= sampling.max_new_tokens for r in responses),
+        parent_codes=list(parent_codes) if parent_codes is not None else None,
     )

@@ -41,13 +41,13 @@ from rpg_llm.config import LoopConfig
 from rpg_llm.loop.accounting import Accounts, RateTracker, TaskRewards, infra_mask, nanogpt_rewards
 from rpg_llm.loop.backends import Backends, default_backends
 from rpg_llm.loop.dist import Dist
-from rpg_llm.loop.execution import execute_rollout, execute_seeds
+from rpg_llm.loop.execution import execute_rollout, execute_seeds, rollout_actions
 from rpg_llm.loop.recording import Recorder, StepRecord, step_record
 from rpg_llm.loop.rollout import Rollout, generate_rollout, make_prompts
 from rpg_llm.loop.update import ppo_update, trainable_rows
 from rpg_llm.runfolder import RunFolder
 
-__all__ = ["Trainer", "train", "SEED_STEP"]
+__all__ = ["Trainer", "train", "SEED_STEP", "weights_digest", "answer_counts"]
 
 log = logging.getLogger("rpg_llm.loop")
 
@@ -92,7 +92,7 @@ class Trainer:
             self._create_folder()
         self.recorder = Recorder(self.folder, self.dist.main, self.dist.rank)
         log.info("run %s: %s", self.folder.root, json.dumps(cfg.to_dict(), default=str))
-        self._load_policy()
+        self._load_policy(resume)
         self.buffer = self._open_buffer()
         self.sandbox = self.backends.make_sandbox(cfg.sandbox)
         self.executor = self.backends.make_executor(cfg.executor, cfg.workers)
@@ -116,7 +116,7 @@ class Trainer:
             self.folder.create(record)
         self.dist.barrier()
 
-    def _load_policy(self) -> None:
+    def _load_policy(self, resume: bool) -> None:
         from rpg_llm.policy import load_policy
         from rpg_llm.ppo import PPOTrainer
 
@@ -124,9 +124,84 @@ class Trainer:
         self.policy = load_policy(self.cfg.model, device=self.cfg.device or self.dist.acc.device)
         if self.policy.device.type == "cpu" and self.cfg.cpu_threads:
             torch.set_num_threads(self.cfg.cpu_threads)
-        torch.manual_seed(self.cfg.seed)
-        self.ppo = PPOTrainer(self.policy.model, self.cfg.ppo, accelerator=self.dist.acc)
         log.info("policy %s loaded in %.1f s", self.policy.path, time.perf_counter() - t0)
+        self.sft_losses = self._warm_start(resume)  # before the trainer: reference = SFT weights
+        torch.manual_seed(self.cfg.seed)
+        # the trainer's log-probs are taken at the sampler's temperature (rpg_llm.ppo)
+        self.ppo = PPOTrainer(
+            self.policy.model,
+            self.cfg.ppo,
+            accelerator=self.dist.acc,
+            temperature=self.cfg.sampling.temperature,
+        )
+
+    def prompt_description(self) -> str:
+        """The description the prompts show (``""`` with ``--no-description``)."""
+        return self.comp.description if self.cfg.describe else ""
+
+    def _count_tokens(self, s: str) -> int:
+        return len(self.policy.tokenizer(s, add_special_tokens=False)["input_ids"])
+
+    def _warm_start(self, resume: bool) -> list[float]:
+        """SFT warm start (``cfg.sft_steps`` steps; :mod:`rpg_llm.sft`) of the actor in place.
+
+        Fresh run: the losses go to ``metrics.jsonl`` (lines with ``step`` 0 and ``sft_step``)
+        and TensorBoard (``sft/loss``), and ``sft.json`` records them with a SHA-256 of the
+        fine-tuned weights. Resume: the seeded SFT is run again (CPU-deterministic), so that the
+        PPO reference is the fine-tuned model again, and checked against ``sft.json``.
+
+        Raises:
+            RuntimeError: on resume, the re-run SFT weights differ from the stored hash.
+        """
+        cfg = self.cfg
+        if cfg.sft_steps == 0:
+            return []
+        from rpg_llm.loop.rollout import CHAT_TEMPLATE_ROOM
+        from rpg_llm.sft import build_sft_examples, sft_warm_start
+
+        t0 = time.perf_counter()
+        budget = cfg.sampling.max_prompt_tokens - CHAT_TEMPLATE_ROOM
+        examples = build_sft_examples(
+            self.prompt_description(),
+            self.backends.baseline_solutions(self.comp.id),
+            cfg.action,
+            cfg.timeout_s,
+            n=cfg.sft_examples,
+            seed=cfg.seed,
+            max_prompt_tokens=budget,
+            count_tokens=self._count_tokens,
+        )
+        record = None if resume else self.recorder.record_sft
+        losses = sft_warm_start(
+            self.policy,
+            examples,
+            cfg.sft_steps,
+            batch_size=cfg.sft_batch_size,
+            lr=cfg.sft_lr,
+            seed=cfg.seed,
+            max_prompt_tokens=cfg.sampling.max_prompt_tokens,
+            cpu_threads=cfg.cpu_threads,
+            on_step=record,
+        )
+        digest = weights_digest(self.policy.model)
+        path = self.folder.root / "sft.json"
+        if resume and path.exists():
+            stored = json.loads(path.read_text())
+            if stored.get("weights_sha256") != digest:
+                raise RuntimeError(
+                    f"the re-run SFT warm start gave other weights than {path} records "
+                    "(not deterministic here): the PPO reference would differ from the run's"
+                )
+        elif self.dist.main:
+            info = {"steps": cfg.sft_steps, "losses": losses, "weights_sha256": digest}
+            path.write_text(json.dumps(info, indent=1) + "\n")
+        log.info(
+            "SFT warm start: %d steps in %.1f s, loss %s",
+            cfg.sft_steps,
+            time.perf_counter() - t0,
+            " ".join(f"{x:.3f}" for x in losses),
+        )
+        return losses
 
     def _open_buffer(self) -> Any:
         capacity = self.cfg.buffer_capacity_factor * self.cfg.batch_size
@@ -185,18 +260,23 @@ class Trainer:
         return len(samples)
 
     # -- stages ---------------------------------------------------------------------------------
-    def prompts(self) -> tuple[list[str], list[int | None]]:
-        """This step's ``B`` prompts and parent ids (main process; see :mod:`.rollout`)."""
+    def prompts(self) -> tuple[list[str], list[int | None], list[str | None]]:
+        """This step's ``B`` prompts, parent ids and parent scripts (main process; see
+        :mod:`.rollout`)."""
         rho = self.accounts.rho_hat if self.cfg.method == "rpg" else None
+        empty = not self.buffer.top(1, rho, run=self.cfg.name)
+        baselines = self.backends.baseline_solutions(self.comp.id) if empty else None
         return make_prompts(
             self.buffer,
             self.cfg.name,
             self.cfg.batch_size,
             rho,
-            self.comp.description,
+            self.prompt_description(),
             self.cfg.timeout_s,
             self.cfg.sampling.max_prompt_tokens,
             self.policy.tokenizer,
+            action=self.cfg.action,
+            baselines=baselines,
         )
 
     def rollout(self, step: int) -> tuple[Rollout, bool]:
@@ -204,7 +284,7 @@ class Trainer:
         saved = self.dist.on_main(self.folder.load_rollout, step)
         if saved is not None:
             return Rollout.from_dict(saved), True
-        prompts, parent_ids = self.dist.on_main(self.prompts)
+        prompts, parent_ids, parent_codes = self.dist.on_main(self.prompts)
         rollout = generate_rollout(
             step,
             prompts,
@@ -215,6 +295,7 @@ class Trainer:
             self.cfg.seed,
             self.dist,
             self.cfg.cpu_threads,
+            parent_codes,
         )
         if self.dist.main:
             self.folder.save_rollout(step, rollout.to_dict())
@@ -263,6 +344,7 @@ class Trainer:
         rec = step_record(
             step, samples, sr, rho_parents, rollout, exec_s, ppo_s, stats, replayed, best
         )
+        rec.answers = answer_counts(rollout_actions(rollout, self.cfg.action))
         return self.recorder.record(rec, t_start)
 
     def run(self) -> list[StepRecord]:
@@ -276,7 +358,7 @@ class Trainer:
             rec = self.step(step)
             records.append(rec)
             if self.dist.main:
-                self._say(rec.line(self.cfg.steps, self.cfg.batch_size), bar)
+                self._say(rec.line(self.cfg.steps, self.cfg.batch_size, self.cfg.method), bar)
             if bar is not None:
                 bar.set_postfix(
                     rho_hat=f"{rec.rho_hat:.3g}",
@@ -318,6 +400,31 @@ class Trainer:
         if close is not None:
             close()
         self.recorder.close()
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """SHA-256 (hex) of a model's parameters, in ``named_parameters`` order (names, shapes,
+    dtypes and bytes): equal digests mean bit-identical weights."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        t = p.detach().to("cpu").contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def answer_counts(actions: list[Any]) -> dict[str, int]:
+    """Counts of a step's answers by what they became (:class:`rpg_llm.actions.Action`):
+    ``edit`` (edits applied), ``changed`` (edits that change at least one value), ``script``
+    (whole scripts), ``invalid`` (no block, or an edit that cannot be applied)."""
+    return {
+        "edit": sum(a.kind == "edit" for a in actions),
+        "changed": sum(a.kind == "edit" and bool(a.changed) for a in actions),
+        "script": sum(a.kind == "script" for a in actions),
+        "invalid": sum(a.kind == "invalid" for a in actions),
+    }
 
 
 def _task_rewards(comp: Any) -> TaskRewards | None:

@@ -323,4 +323,5 @@ def test_bbc_cheat_on_the_built_in_competition_scores_the_uniform_baseline(sandb
     if sandbox.name == "subprocess":
         assert out.score < 1e-6  # documented leak: the corpus gives every answer
     else:
-        assert out.score == pytest.approx(np.log(probs.shape[1]))  # log loss of uniform: ln 5
+        # log loss of uniform: ln 5, rounded to 5 decimals as grading does (MLE-Bench's rule)
+        assert out.score == round(float(np.log(probs.shape[1])), 5)

@@ -40,11 +40,15 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
 * average improvement: the mean of the per-task % improvements after dropping the highest and
   the lowest (as the paper does) when there are >= 3 tasks; the plain mean otherwise.
 
-Settings. ``--quick``: 1 task (churn-auc) x 2 seeds x 2 steps, batch 2, 128 new tokens (4 runs;
-<= 20 minutes here). Default (the full table): churn-auc, concrete-strength-mae and
-bbc-news-logloss x seeds 0, 1, 2 x 4 steps, batch 2, 128 new tokens (18 runs): <= 3 hours here
-when one run costs <= 10 minutes, which holds when a quick run costs <= 5 minutes per 2 steps.
-Everything else is the ``cpu-default`` preset of ``rpg_llm.presets``.
+Settings. ``--quick``: 1 task (churn-auc) x 2 seeds x 1 PPO step, batch 2, responses capped at
+64 tokens, prompts at 512 tokens (4 runs). Default (the full table): churn-auc,
+concrete-strength-mae and bbc-news-logloss x seeds 0, 1, 2 x 3 steps, same batch and caps (18 runs,
+54 steps). Everything else is the ``cpu-default`` preset of ``rpg_llm.presets`` (script action,
+seeded buffer, timeout 60 s). Run time is dominated by the PPO update and generation of the
+135M-parameter policy on the CPU: with T_step seconds per step and ~35 s per run start (model load,
+seeding the buffer), the quick table costs 4 (T_step + 35) s and the full one 18 (3 T_step + 35) s,
+so the full table fits 3 hours when T_step <= 188 s and the quick one 20 minutes when
+T_step <= 265 s; notes/table.md has the T_step measured here and under which load.
 
 Hyper-parameters: **no tuning was done for this table.** The CPU setting is the ``cpu-default``
 preset plus the overrides above, chosen for run time only; the table's seeds are 0, 1, 2 and seeds
@@ -121,7 +125,8 @@ class TableSettings:
     seeds: tuple[int, ...]
     steps: int
     batch_size: int
-    max_new_tokens: int | None = 128
+    max_new_tokens: int | None = 64
+    max_prompt_tokens: int | None = 512
     timeout_s: float | None = None
     preset: str = "cpu-default"
     model: str | None = None
@@ -130,11 +135,11 @@ class TableSettings:
     run_args: tuple[str, ...] = field(default_factory=tuple)
 
 
-QUICK = TableSettings(tasks=("churn-auc",), seeds=(0, 1), steps=2, batch_size=2)
+QUICK = TableSettings(tasks=("churn-auc",), seeds=(0, 1), steps=1, batch_size=2)
 FULL = TableSettings(
     tasks=("churn-auc", "concrete-strength-mae", "bbc-news-logloss"),
     seeds=(0, 1, 2),
-    steps=4,
+    steps=3,
     batch_size=2,
 )
 
@@ -336,6 +341,8 @@ def _settings_argv(s: TableSettings, spec: RunSpec) -> list[str]:
         argv += ["--model", s.model]
     if s.max_new_tokens is not None:
         argv += ["--max-new-tokens", str(s.max_new_tokens)]
+    if s.max_prompt_tokens is not None:
+        argv += ["--max-prompt-tokens", str(s.max_prompt_tokens)]
     if s.timeout_s is not None:
         argv += ["--timeout", repr(float(s.timeout_s))]
     if s.action is not None:
@@ -541,7 +548,8 @@ def write_table(
 def _markdown_document(s: TableSettings, rows: Sequence[TaskRow], avg: float, dropped) -> str:
     settings = (
         f"preset {s.preset}; model {s.model or 'the preset default'}; steps {s.steps}; batch "
-        f"{s.batch_size}; max new tokens {s.max_new_tokens or 'preset'}; timeout "
+        f"{s.batch_size}; max new tokens {s.max_new_tokens or 'preset'}; max prompt tokens "
+        f"{s.max_prompt_tokens or 'preset'}; timeout "
         f"{s.timeout_s or 'preset'}; action {s.action or 'run default'}; sft steps "
         f"{s.sft_steps if s.sft_steps is not None else 'run default'}; seeds "
         f"{', '.join(map(str, s.seeds))}; extra run flags {' '.join(s.run_args) or 'none'}"
@@ -578,6 +586,9 @@ def _settings_from_args(args) -> TableSettings:
         steps=base.steps if args.steps is None else args.steps,
         batch_size=base.batch_size if args.batch_size is None else args.batch_size,
         max_new_tokens=base.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens,
+        max_prompt_tokens=(
+            base.max_prompt_tokens if args.max_prompt_tokens is None else args.max_prompt_tokens
+        ),
         timeout_s=args.timeout,
         preset=args.preset,
         model=args.model,
@@ -589,6 +600,8 @@ def _settings_from_args(args) -> TableSettings:
         raise UsageError(f"--tasks {args.tasks!r} names no task")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.max_prompt_tokens is not None and args.max_prompt_tokens < 1:
+        raise UsageError(f"--max-prompt-tokens must be >= 1, got {args.max_prompt_tokens}")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
     if args.points < 2:
@@ -598,13 +611,14 @@ def _settings_from_args(args) -> TableSettings:
 
 def _parser() -> ArgumentParser:
     p = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], allow_abbrev=False)
-    p.add_argument("--quick", action="store_true", help="1 task x 2 seeds x 2 steps (<= 20 min)")
+    p.add_argument("--quick", action="store_true", help="1 task x 2 seeds x 1 step (<= 20 min)")
     p.add_argument("--out", default="out/llm_table", help="output folder (runs under OUT/runs)")
     p.add_argument("--tasks", default=None, help="comma-separated offline competition ids")
     p.add_argument("--seeds", default=None, help="comma-separated run seeds (table: 0,1,2)")
     p.add_argument("--steps", type=int, default=None, help="PPO steps per run")
     p.add_argument("--batch-size", type=int, default=None, help="prompts per step")
     p.add_argument("--max-new-tokens", type=int, default=None, help="response cap, tokens")
+    p.add_argument("--max-prompt-tokens", type=int, default=None, help="prompt budget, tokens")
     p.add_argument("--timeout", type=float, default=None, help="seconds per script")
     p.add_argument("--preset", default="cpu-default", help="rpg_llm.run preset")
     p.add_argument("--model", default=None, help="Hugging Face id or local folder")

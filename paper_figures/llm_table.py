@@ -91,6 +91,8 @@ __all__ = [
     "run_state",
     "run_command",
     "table_markdown",
+    "plot_table",
+    "write_table",
     "main",
 ]
 
@@ -537,12 +539,33 @@ def write_table(
     if not rows:
         return rows, written
     avg, dropped = trimmed_average([r.pct for r in rows])
+    written += list(plot_table(rows, out))
     written.append(_write_csv(out / "llm_table.csv", [r.as_dict() for r in rows], TABLE_FIELDS))
     written.append(_write_csv(out / "llm_table_runs.csv", run_rows, RUN_FIELDS))
     md = out / "llm_table.md"
     md.write_text(_markdown_document(s, rows, avg, dropped))
     written.append(md)
     return rows, written
+
+
+def plot_table(rows: Sequence[TaskRow], out: Path) -> tuple[Path, Path]:
+    """Bar chart of the table (per task: RPG and vanilla mean +- s.e. of the run values at the
+    common final budget); writes ``<out>/llm_table.png`` and ``.pdf``, returns both paths."""
+    from paper_figures._common import plt, save_figure
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(rows) + 2.0), 3.6))
+    x = np.arange(len(rows))
+    for j, (m, color) in enumerate((("rpg", "tab:red"), ("vanilla", "tab:blue"))):
+        mean = [r.arms[m][0] for r in rows]
+        se = [r.arms[m][1] if math.isfinite(r.arms[m][1]) else 0.0 for r in rows]
+        ax.bar(x + (j - 0.5) * 0.38, mean, 0.38, yerr=se, capsize=3, color=color, label=m)
+    ax.set_xticks(x, [f"{r.task}\n(B = {r.budget_s:.3g} s)" for r in rows], fontsize=8)
+    ax.set_ylabel("mean best raw reward at B")
+    ax.set_title("RPG vs vanilla at the common final budget B (mean ± s.e. over seeds)", fontsize=9)
+    ax.axhline(0.0, color="k", lw=0.5)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return save_figure(fig, out, "llm_table")
 
 
 def _markdown_document(s: TableSettings, rows: Sequence[TaskRow], avg: float, dropped) -> str:

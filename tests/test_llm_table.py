@@ -216,6 +216,7 @@ def test_table_only_writes_the_hand_values(tmp_path, tiny_model_dir, capsys):
     assert "No hyper-parameter tuning was done" in md
     assert (out / "figures" / "churn-auc" / "budget_curves.png").stat().st_size > 0
     assert (out / "figures" / "churn-auc" / "budget_curves.pdf").stat().st_size > 0
+    assert (out / "llm_table.png").stat().st_size > 0 and (out / "llm_table.pdf").exists()
     assert "skip (finished)" in capsys.readouterr().out
 
 

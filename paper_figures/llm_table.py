@@ -653,6 +653,25 @@ def _parser() -> ArgumentParser:
     return p
 
 
+def _lock(out: Path):
+    """Hold an exclusive lock on ``<out>/.llm_table.lock`` for the life of the returned file, so
+    that two tables never run (or resume) the same run folders at once.
+
+    Raises:
+        UsageError: another ``llm_table`` holds the lock (names ``--out``).
+    """
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    fh = open(out / ".llm_table.lock", "w")  # noqa: SIM115 - held until the process ends
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise UsageError(f"--out {out} is in use by another {PROG}; wait for it to end") from None
+    return fh
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     s = _settings_from_args(args)
@@ -661,6 +680,15 @@ def _main(argv: Sequence[str] | None) -> int:
     specs = [RunSpec(t, m, k, out) for t in s.tasks for k in s.seeds for m in METHODS]
     cfgs = {p: _config_for(s, p) for p in specs}  # every value checked before any run starts
     _check_model(cfgs[specs[0]].model)
+    for p in specs:
+        run_state(p, cfgs[p])  # a folder with other settings: usage error before the lock
+    if args.table_only:
+        return _table(args, s, out, specs, cfgs)
+    with _lock(out):
+        return _table(args, s, out, specs, cfgs)
+
+
+def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) -> int:
     states = {p: run_state(p, cfgs[p]) for p in specs}
     print(TUNING_NOTE, flush=True)
     failed = []

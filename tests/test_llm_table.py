@@ -383,3 +383,17 @@ def test_a_killed_run_is_resumed(tmp_path, tiny_model_dir, capsys, monkeypatch):
         assert after[: len(con[d])] == con[d]  # nothing lost, same ids
         assert sorted((s, r) for _, s, r in after) == [(s, r) for s in (1, 2) for r in (0, 1)]
     assert (out / "llm_table.csv").exists()
+
+
+def test_a_second_table_on_the_same_out_is_refused(tmp_path, tiny_model_dir, capsys):
+    """Found by launching the quick table twice: both resumed the same run folder at once."""
+    import fcntl
+
+    out = tmp_path / "t"
+    out.mkdir()
+    with open(out / ".llm_table.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running table holds
+        assert lt.main(_cli_base(out, tiny_model_dir)) == 2
+        err = _one_line(capsys)
+        assert f"--out {out}" in err and "in use" in err
+    assert not (out / "runs").exists()  # no run started

@@ -42,13 +42,14 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
 
 Settings. ``--quick``: 1 task (churn-auc) x 2 seeds x 1 PPO step, batch 2, responses capped at
 64 tokens, prompts at 512 tokens (4 runs). Default (the full table): churn-auc,
-concrete-strength-mae and bbc-news-logloss x seeds 0, 1, 2 x 3 steps, same batch and caps (18 runs,
-54 steps). Everything else is the ``cpu-default`` preset of ``rpg_llm.presets`` (script action,
-seeded buffer, timeout 60 s). Run time is dominated by the PPO update and generation of the
-135M-parameter policy on the CPU: with T_step seconds per step and ~35 s per run start (model load,
-seeding the buffer), the quick table costs 4 (T_step + 35) s and the full one 18 (3 T_step + 35) s,
-so the full table fits 3 hours when T_step <= 188 s and the quick one 20 minutes when
-T_step <= 265 s; notes/table.md has the T_step measured here and under which load.
+concrete-strength-mae and bbc-news-logloss x seeds 0, 1, 2 x 2 steps, same batch and caps (18 runs,
+36 steps). Everything else is the ``cpu-default`` preset of ``rpg_llm.presets`` (script action,
+seeded buffer, timeout 60 s). A run costs about S + steps x T_step: S ~ 80 s to start (imports,
+model load, seeding the buffer with the task's 8 baselines), T_step the generation + execution +
+PPO update of one step. The quick table fits 20 minutes when 4 (S + T_step) <= 1200 s and the full
+one 3 hours when 18 (S + 2 T_step) <= 10800 s, i.e. T_step <= 220 s and <= 260 s. Measured here
+(notes/table.md, load average ~8 on 2 cores): S ~ 80 s, T_step ~ 186 s (churn-auc), 266 s a run.
+With 3 steps the full table would need T_step <= 173 s: over 3 hours at that load.
 
 Hyper-parameters: **no tuning was done for this table.** The CPU setting is the ``cpu-default``
 preset plus the overrides above, chosen for run time only; the table's seeds are 0, 1, 2 and seeds
@@ -141,7 +142,7 @@ QUICK = TableSettings(tasks=("churn-auc",), seeds=(0, 1), steps=1, batch_size=2)
 FULL = TableSettings(
     tasks=("churn-auc", "concrete-strength-mae", "bbc-news-logloss"),
     seeds=(0, 1, 2),
-    steps=3,
+    steps=2,
     batch_size=2,
 )
 

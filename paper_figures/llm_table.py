@@ -25,10 +25,11 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
 * chain, best score so far, value of a chain at a budget: :mod:`rpg_llm.budget` (one chain per
   batch row, cumulative *measured* execution seconds, step-0 seed samples excluded).
 * a run's final budget ``T_run``: the largest total execution time of its chains, i.e. where its
-  budget curve ends. The task's **common final budget** ``B = min T_run`` over the task's finished
-  runs, both arms, every seed: no run is read past its own end. Chains that ended before ``B``
-  keep their last value (as on the budget curves); a chain with no sample within ``B`` has no
-  value and is left out of its run's mean.
+  budget curve ends. The task's **common final budget** ``B = max(min T_run, max t_first)``: the
+  smallest ``T_run`` over the task's finished runs (both arms, every seed), raised when needed to
+  the largest time ``t_first`` any chain took for its first sample, so that every chain has a
+  value at ``B`` (found on the 1-step quick table: without it most runs had no chain with a value).
+  Chains that ended before ``B`` keep their last value (as on the budget curves).
 * a run's value: the mean across its chains of the best score within ``B``
   (``rpg_llm.budget.curve(chains, [B])``).
 * table cell: mean +- standard error (sample s.d. with ddof 1, over sqrt(n)) of the run values
@@ -214,14 +215,19 @@ def run_final_budget(chains: Sequence) -> float:
 
 
 def common_final_budget(runs: Sequence[Sequence]) -> float:
-    """The common final budget of a task, seconds: ``min`` over runs of :func:`run_final_budget`.
+    """The common final budget of a task, seconds: ``min`` over runs of :func:`run_final_budget`,
+    raised to the largest time any chain took for its first sample when that is larger (so that
+    every chain has a value at the budget; a run that ended earlier is then read at its end, as
+    the budget curves do).
 
     Raises:
         ValueError: no run.
     """
     if not runs:
         raise ValueError("no finished run to take a common budget from")
-    return min(run_final_budget(cs) for cs in runs)
+    shortest = min(run_final_budget(cs) for cs in runs)
+    first = max(float(c.times[0]) for cs in runs for c in cs)
+    return max(shortest, first)
 
 
 def run_value(chains: Sequence, budget_s: float) -> tuple[float, int]:
@@ -580,9 +586,10 @@ def _markdown_document(s: TableSettings, rows: Sequence[TaskRow], avg: float, dr
     )
     return (
         "# RPG vs vanilla, the paper's MLE-Bench table in miniature\n\n"
-        "Mean across chains of the best raw reward within the common final budget (the smallest "
-        "final cumulative execution time over the task's runs, both arms), mean ± s.e. over run "
-        "seeds; % improv. = 100 (RPG − vanilla) / |vanilla|.\n\n"
+        "Mean across chains of the best raw reward within the common final budget B (the smallest "
+        "final cumulative execution time over the task's runs, both arms, raised if needed to the "
+        "slowest first sample of any chain), mean ± s.e. over run seeds; % improv. = "
+        "100 (RPG − vanilla) / |vanilla|.\n\n"
         + table_markdown(rows, avg, dropped)
         + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
     )

@@ -1,0 +1,733 @@
+"""The paper's MLE-Bench table in miniature: RPG vs vanilla on offline competitions (issue 11).
+
+``python -m paper_figures.llm_table [--quick] [--out DIR] [--tasks A,B,C] [--seeds 0,1,2] ...``
+
+What it does, in order:
+
+1. Checks every flag (usage errors exit 2 with one line naming the flag and the value, before any
+   run starts; rpg_core.cli).
+2. For every task x arm (``rpg``, ``vanilla``) x run seed, one run folder
+   ``<out>/runs/<task>/<method>-seed<k>`` made by ``python -m rpg_llm.run`` in a subprocess (so a
+   crash of one run does not end the table; its output goes to ``<out>/logs/...``). Both arms get
+   the same preset, model, steps, batch, response cap, timeout and action format: only
+   ``--method`` differs. A finished run (its ``metrics.jsonl`` reaches the run's ``steps``) is
+   skipped; a killed or crashed one is continued with ``python -m rpg_llm.run --resume``.
+3. Writes the table (``llm_table.csv``, ``llm_table.md``), the per-run values
+   (``llm_table_runs.csv``) and one budget-curve figure per task
+   (``figures/<task>/budget_curves.{png,pdf,csv}``, drawn by
+   :func:`paper_figures.budget_curves.budget_curves`).
+
+Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lite tasks"):
+
+* score: the *raw reward* of DESIGN.md section 7 — the score of a higher-is-better competition,
+  the leaderboard percentile (in [0, 1], higher is better) of a lower-is-better one, -10 for an
+  invalid sample. Every column is therefore higher-is-better.
+* chain, best score so far, value of a chain at a budget: :mod:`rpg_llm.budget` (one chain per
+  batch row, cumulative *measured* execution seconds, step-0 seed samples excluded).
+* a run's final budget ``T_run``: the largest total execution time of its chains, i.e. where its
+  budget curve ends. The task's **common final budget** ``B = max(min T_run, max t_first)``: the
+  smallest ``T_run`` over the task's finished runs (both arms, every seed), raised when needed to
+  the largest time ``t_first`` any chain took for its first sample, so that every chain has a
+  value at ``B`` (found on the 1-step quick table: without it most runs had no chain with a value).
+  Chains that ended before ``B`` keep their last value (as on the budget curves).
+* a run's value: the mean across its chains of the best score within ``B``
+  (``rpg_llm.budget.curve(chains, [B])``).
+* table cell: mean +- standard error (sample s.d. with ddof 1, over sqrt(n)) of the run values
+  over the run seeds of one arm.
+* % improvement: ``100 (RPG - vanilla) / |vanilla|`` on the raw reward (higher is better for every
+  task, so a positive number means RPG is better; undefined when vanilla is 0). On a native
+  lower-is-better score the paper's convention is ``100 (vanilla - RPG) / |vanilla|``
+  (:func:`pct_improvement` with ``lower_is_better=True``; tested on the paper's rows).
+* average improvement: the mean of the per-task % improvements after dropping the highest and
+  the lowest (as the paper does) when there are >= 3 tasks; the plain mean otherwise.
+
+Settings. ``--quick``: 1 task (churn-auc) x 2 seeds x 1 PPO step, batch 2, responses capped at
+64 tokens, prompts at 512 tokens (4 runs). Default (the full table): churn-auc,
+concrete-strength-mae and bbc-news-logloss x seeds 0, 1, 2 x 2 steps, same batch and caps (18 runs,
+36 steps). Everything else is the ``cpu-default`` preset of ``rpg_llm.presets`` (script action,
+seeded buffer, timeout 60 s). A run costs about S + steps x T_step: S ~ 80 s to start (imports,
+model load, seeding the buffer with the task's 8 baselines), T_step the generation + execution +
+PPO update of one step. The quick table fits 20 minutes when 4 (S + T_step) <= 1200 s and the full
+one 3 hours when 18 (S + 2 T_step) <= 10800 s, i.e. T_step <= 220 s and <= 260 s. Measured here
+(notes/table.md, load average ~8 on 2 cores): S ~ 80 s, T_step ~ 186 s (churn-auc), 266 s a run.
+With 3 steps the full table would need T_step <= 173 s: over 3 hours at that load.
+
+Hyper-parameters: **no tuning was done for this table.** The CPU setting is the ``cpu-default``
+preset plus the overrides above, chosen for run time only; the table's seeds are 0, 1, 2 and seeds
+900 and up are reserved for a tuning pass that has not been run. The output says so too.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
+
+__all__ = [
+    "PROG",
+    "METHODS",
+    "TableSettings",
+    "QUICK",
+    "FULL",
+    "RunSpec",
+    "TUNING_NOTE",
+    "mean_se",
+    "pct_improvement",
+    "trimmed_average",
+    "run_final_budget",
+    "common_final_budget",
+    "run_value",
+    "TaskRow",
+    "task_row",
+    "run_state",
+    "run_command",
+    "table_markdown",
+    "plot_table",
+    "write_table",
+    "main",
+]
+
+PROG = "python -m paper_figures.llm_table"
+METHODS = ("rpg", "vanilla")
+ACTIONS = ("script", "edit")
+TUNING_NOTE = (
+    "No hyper-parameter tuning was done for this table: the settings are rpg_llm's cpu-default "
+    "preset with the overrides listed (chosen for run time only); seeds 900 and up are reserved "
+    "for a tuning pass that has not been run."
+)
+TABLE_FIELDS = [
+    "task",
+    "raw_reward",
+    "budget_s",
+    "rpg_n",
+    "rpg_mean",
+    "rpg_se",
+    "vanilla_n",
+    "vanilla_mean",
+    "vanilla_se",
+    "pct_improvement",
+]
+RUN_FIELDS = ["task", "method", "seed", "run_dir", "final_budget_s", "value", "n_chains"]
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """What the table runs. ``max_new_tokens`` / ``timeout_s`` None: the preset's value."""
+
+    tasks: tuple[str, ...]
+    seeds: tuple[int, ...]
+    steps: int
+    batch_size: int
+    max_new_tokens: int | None = 64
+    max_prompt_tokens: int | None = 512
+    timeout_s: float | None = None
+    preset: str = "cpu-default"
+    model: str | None = None
+    action: str | None = None
+    sft_steps: int | None = None
+    run_args: tuple[str, ...] = field(default_factory=tuple)
+
+
+QUICK = TableSettings(tasks=("churn-auc",), seeds=(0, 1), steps=1, batch_size=2)
+FULL = TableSettings(
+    tasks=("churn-auc", "concrete-strength-mae", "bbc-news-logloss"),
+    seeds=(0, 1, 2),
+    steps=2,
+    batch_size=2,
+)
+
+
+class RunSpec:
+    """One run of the table: ``task`` x ``method`` x ``seed`` in ``run_dir``."""
+
+    def __init__(self, task: str, method: str, seed: int, out: Path):
+        self.task, self.method, self.seed = task, method, seed
+        self.run_dir = out / "runs" / task / f"{method}-seed{seed}"
+        self.log_path = out / "logs" / task / f"{method}-seed{seed}.log"
+
+    def __repr__(self) -> str:
+        return f"{self.task} {self.method} seed {self.seed}"
+
+
+# ----------------------------------------------------------------------------------- the maths
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float, int]:
+    """Mean, standard error (sample s.d., ddof 1, / sqrt(n)) and n of the finite ``values``.
+
+    NaN values are left out; mean NaN when none is left, s.e. NaN when fewer than 2.
+    """
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
+    n = int(v.size)
+    if n == 0:
+        return math.nan, math.nan, 0
+    se = float(v.std(ddof=1) / math.sqrt(n)) if n >= 2 else math.nan
+    return float(v.mean()), se, n
+
+
+def pct_improvement(rpg: float, vanilla: float, lower_is_better: bool = False) -> float:
+    """Relative improvement of RPG over vanilla, percent (the paper's "% improv." column).
+
+    ``100 (rpg - vanilla) / |vanilla|`` for a higher-is-better number (the raw reward),
+    ``100 (vanilla - rpg) / |vanilla|`` for a lower-is-better score; positive: RPG is better.
+    NaN when ``vanilla`` is 0 or either value is not finite.
+    """
+    if not (math.isfinite(rpg) and math.isfinite(vanilla)) or vanilla == 0:
+        return math.nan
+    diff = (vanilla - rpg) if lower_is_better else (rpg - vanilla)
+    return 100.0 * diff / abs(vanilla)
+
+
+def trimmed_average(pcts: Sequence[float]) -> tuple[float, list[int]]:
+    """Mean of the finite ``pcts`` after dropping the highest and the lowest (paper, Table 1:
+    "after dropping the highest and lowest numbers") when >= 3 are finite; else the plain mean.
+
+    Returns:
+        (average, indices into ``pcts`` of the dropped values); NaN when none is finite.
+    """
+    idx = [i for i, p in enumerate(pcts) if math.isfinite(p)]
+    if not idx:
+        return math.nan, []
+    dropped: list[int] = []
+    if len(idx) >= 3:
+        hi = max(idx, key=lambda i: pcts[i])
+        lo = min((i for i in idx if i != hi), key=lambda i: pcts[i])
+        dropped = sorted({hi, lo})
+    kept = [pcts[i] for i in idx if i not in dropped]
+    return float(np.mean(kept)), dropped
+
+
+def run_final_budget(chains: Sequence) -> float:
+    """A run's final budget ``T_run``, seconds: the largest total execution time of its chains
+    (``rpg_llm.budget.Chain``), where its budget curve ends."""
+    return float(max(c.times[-1] for c in chains))
+
+
+def common_final_budget(runs: Sequence[Sequence]) -> float:
+    """The common final budget of a task, seconds: ``min`` over runs of :func:`run_final_budget`,
+    raised to the largest time any chain took for its first sample when that is larger (so that
+    every chain has a value at the budget; a run that ended earlier is then read at its end, as
+    the budget curves do).
+
+    Raises:
+        ValueError: no run.
+    """
+    if not runs:
+        raise ValueError("no finished run to take a common budget from")
+    shortest = min(run_final_budget(cs) for cs in runs)
+    first = max(float(c.times[0]) for cs in runs for c in cs)
+    return max(shortest, first)
+
+
+def run_value(chains: Sequence, budget_s: float) -> tuple[float, int]:
+    """Mean best raw reward across a run's chains within ``budget_s`` seconds, and how many chains
+    have a value there (``rpg_llm.budget.curve``; NaN when none has)."""
+    from rpg_llm.budget import curve
+
+    res = curve(chains, np.array([float(budget_s)]))
+    return float(res["mean_best"][0]), int(res["n_chains"][0])
+
+
+class TaskRow:
+    """One row of the table (fields as :data:`TABLE_FIELDS`) and its per-run values."""
+
+    def __init__(self, task: str, raw_reward: str, budget_s: float, arms: dict, runs: list[dict]):
+        self.task, self.raw_reward, self.budget_s = task, raw_reward, budget_s
+        self.arms = arms  # method -> (mean, se, n)
+        self.runs = runs
+        self.pct = pct_improvement(arms["rpg"][0], arms["vanilla"][0])
+
+    def as_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {
+            "task": self.task,
+            "raw_reward": self.raw_reward,
+            "budget_s": _g(self.budget_s),
+        }
+        for m in METHODS:
+            mean, se, n = self.arms[m]
+            d |= {f"{m}_n": n, f"{m}_mean": _g(mean), f"{m}_se": _g(se)}
+        d["pct_improvement"] = _g(self.pct)
+        return d
+
+
+def task_row(task: str, runs: dict[str, dict[int, Sequence]], raw_reward: str = "") -> TaskRow:
+    """The table row of one task from its finished runs' chains.
+
+    Args:
+        runs: method (``rpg`` / ``vanilla``) -> seed -> that run's chains (``rpg_llm.budget``).
+        raw_reward: what the raw reward is for this task (for the table's label).
+
+    Raises:
+        ValueError: an arm without a finished run.
+    """
+    for m in METHODS:
+        if not runs.get(m):
+            raise ValueError(f"task {task}: no finished {m} run")
+    budget = common_final_budget([cs for m in METHODS for cs in runs[m].values()])
+    arms, rows = {}, []
+    for m in METHODS:
+        vals = []
+        for seed in sorted(runs[m]):
+            v, n = run_value(runs[m][seed], budget)
+            vals.append(v)
+            rows.append(
+                {
+                    "task": task,
+                    "method": m,
+                    "seed": seed,
+                    "final_budget_s": _g(run_final_budget(runs[m][seed])),
+                    "value": _g(v),
+                    "n_chains": n,
+                }
+            )
+        arms[m] = mean_se(vals)
+    return TaskRow(task, raw_reward, budget, arms, rows)
+
+
+def _g(x: float) -> str:
+    return "nan" if not math.isfinite(x) else f"{x:.6g}"
+
+
+def _cell(mean: float, se: float) -> str:
+    if not math.isfinite(mean):
+        return "n/a"
+    return f"{mean:.3f} ± {se:.3f}" if math.isfinite(se) else f"{mean:.3f}"
+
+
+def _pct(p: float) -> str:
+    return "n/a" if not math.isfinite(p) else f"{p:+.1f}"
+
+
+def table_markdown(rows: Sequence[TaskRow], average: float, dropped: Sequence[int]) -> str:
+    """The markdown table (task, RPG, vanilla, % improvement) and the average-improvement line."""
+    lines = [
+        "| task (raw reward, higher is better) | budget (s) | RPG | vanilla | % improv. |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.task} ({r.raw_reward}) | {r.budget_s:.4g} | {_cell(*r.arms['rpg'][:2])} "
+            f"| {_cell(*r.arms['vanilla'][:2])} | {_pct(r.pct)} |"
+        )
+    how = (
+        f"after dropping the highest ({rows[max(dropped, key=lambda i: rows[i].pct)].task}) and "
+        f"the lowest ({rows[min(dropped, key=lambda i: rows[i].pct)].task})"
+        if len(dropped) == 2
+        else "plain mean (fewer than 3 tasks: nothing dropped)"
+    )
+    lines += ["", f"Average improvement: {_pct(average)} % ({how})."]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------ the runs
+
+
+def _run_parser() -> ArgumentParser:
+    """A parser of ``rpg_llm.run``'s settings flags (``--preset`` and the LoopConfig flags)."""
+    from rpg_llm.config import add_flags
+
+    p = ArgumentParser(prog="python -m rpg_llm.run", allow_abbrev=False)
+    p.add_argument("--preset", default=None)
+    add_flags(p)
+    return p
+
+
+def _settings_argv(s: TableSettings, spec: RunSpec) -> list[str]:
+    argv = ["--preset", s.preset, "--task", spec.task, "--method", spec.method]
+    argv += ["--seed", str(spec.seed), "--steps", str(s.steps), "--batch-size", str(s.batch_size)]
+    if s.model is not None:
+        argv += ["--model", s.model]
+    if s.max_new_tokens is not None:
+        argv += ["--max-new-tokens", str(s.max_new_tokens)]
+    if s.max_prompt_tokens is not None:
+        argv += ["--max-prompt-tokens", str(s.max_prompt_tokens)]
+    if s.timeout_s is not None:
+        argv += ["--timeout", repr(float(s.timeout_s))]
+    if s.action is not None:
+        argv += ["--action", s.action]
+    if s.sft_steps is not None:
+        argv += ["--sft-steps", str(s.sft_steps)]
+    return argv + list(s.run_args)
+
+
+def _config_for(s: TableSettings, spec: RunSpec):
+    """The LoopConfig ``rpg_llm.run`` would build for ``spec`` (``rpg_llm.run.build_config``).
+
+    Raises:
+        UsageError: a bad value (names the flag), or a flag this rpg_llm.run does not have.
+    """
+    from rpg_llm.run import build_config
+
+    parser = _run_parser()
+    for flag, value in (("--action", s.action), ("--sft-steps", s.sft_steps)):
+        if value is not None:
+            _, extra = parser.parse_known_args([flag, str(value)])
+            if extra:
+                raise UsageError(
+                    f"{flag} {value}: this python -m rpg_llm.run has no {flag} flag yet"
+                )
+    ns = parser.parse_args(_settings_argv(s, spec))
+    cfg, _ = build_config(ns)
+    return cfg
+
+
+_RESERVED = ("--out", "--resume", "--method", "--seed", "--task", "--steps", "--batch-size")
+
+
+def _check_settings(s: TableSettings) -> None:
+    """Validate the settings before any run starts.
+
+    Raises:
+        UsageError: naming the flag and the value.
+    """
+    from rpg_llm import tasks
+    from rpg_llm.policy import resolve_model
+
+    known = tasks.list_offline_competitions()
+    for t in s.tasks:
+        try:
+            cid = tasks.resolve_id(t)
+        except ValueError:
+            cid = t
+        if cid not in known:
+            raise UsageError(f"--tasks {t!r} is not an offline competition; known: {known}")
+    if len(set(s.tasks)) != len(s.tasks):
+        raise UsageError(f"--tasks {','.join(s.tasks)} names a task twice")
+    if len(set(s.seeds)) != len(s.seeds):
+        raise UsageError(f"--seeds {','.join(map(str, s.seeds))} names a seed twice")
+    for name, v, low in (("--steps", s.steps, 1), ("--batch-size", s.batch_size, 1)):
+        if v < low:
+            raise UsageError(f"{name} must be >= {low}, got {v}")
+    if s.sft_steps is not None and s.sft_steps < 0:
+        raise UsageError(f"--sft-steps must be >= 0, got {s.sft_steps}")
+    if s.action is not None and s.action not in ACTIONS:
+        raise UsageError(f"--action must be one of {', '.join(ACTIONS)}, got {s.action!r}")
+    for a in s.run_args:
+        if a.split("=")[0] in _RESERVED:
+            raise UsageError(f"--run-args may not set {a} (the table sets it)")
+    if s.model is not None:
+        try:
+            resolve_model(s.model)
+        except ValueError as err:
+            raise UsageError(f"--model {s.model}: {err}") from None
+
+
+def _check_model(model: str) -> None:
+    """Raises UsageError naming ``--model`` when the (preset's) model is not available here."""
+    from rpg_llm.policy import resolve_model
+
+    try:
+        resolve_model(model)
+    except ValueError as err:
+        raise UsageError(f"--model {model}: {err}") from None
+
+
+def run_state(spec: RunSpec, cfg) -> str:
+    """``"new"`` (no run yet), ``"done"`` (metrics reach the run's steps) or ``"resume"``.
+
+    Args:
+        cfg: the LoopConfig the table asks for this run.
+
+    Raises:
+        UsageError: the folder holds a run with other settings (names ``--out`` and the setting).
+    """
+    from rpg_llm.config import LoopConfig
+    from rpg_llm.runfolder import RunFolder
+
+    folder = RunFolder(spec.run_dir)
+    if not folder.config_path.exists():
+        return "new"
+    try:
+        stored = LoopConfig.from_dict(folder.load_config())
+    except ValueError as err:
+        raise UsageError(f"--out: {spec.run_dir} holds an unreadable run ({err})") from None
+    a, b = stored.to_dict(), replace(cfg, steps=stored.steps).to_dict()
+    diff = _first_difference(a, b)
+    if diff is not None or stored.steps > cfg.steps:
+        what = diff or f"steps = {stored.steps} (> {cfg.steps})"
+        raise UsageError(
+            f"--out: {spec.run_dir} holds a run with other settings ({what}); choose another "
+            f"--out or remove that folder"
+        )
+    done = max((int(m.get("step", 0)) for m in folder.read_metrics()), default=0)
+    return "done" if done >= cfg.steps else "resume"
+
+
+def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            d = _first_difference(va, vb, f"{prefix}{k}.")
+            if d is not None:
+                return d
+        elif va != vb:
+            return f"{prefix}{k} = {va!r}, this table asks {vb!r}"
+    return None
+
+
+def run_command(s: TableSettings, spec: RunSpec, state: str) -> list[str]:
+    """The ``python -m rpg_llm.run`` command line of one run (``state`` from :func:`run_state`)."""
+    base = [sys.executable, "-m", "rpg_llm.run"]
+    if state == "resume":
+        return base + ["--resume", str(spec.run_dir), "--steps", str(s.steps), "--no-progress"]
+    return base + _settings_argv(s, spec) + ["--no-progress", "--out", str(spec.run_dir)]
+
+
+def _run_one(s: TableSettings, spec: RunSpec, state: str) -> tuple[int, float]:
+    cmd = run_command(s, spec, state)
+    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(spec.log_path, "a") as log:
+        log.write(f"$ {shlex.join(cmd)}\n")
+        log.flush()
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    return rc, time.perf_counter() - t0
+
+
+# -------------------------------------------------------------------------------------- output
+
+
+def _raw_reward_label(task: str, cfg) -> str:
+    from rpg_llm import tasks
+
+    try:
+        root = Path(cfg.data_root) if cfg.data_root else None
+        comp = tasks.load_competition(tasks.resolve_id(task), root)
+    except (ValueError, OSError):
+        return "raw reward"
+    return "percentile of a lower-is-better score" if comp.lower_is_better else "score"
+
+
+def _write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(fields), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def write_table(
+    s: TableSettings, specs: Sequence[RunSpec], cfgs: dict, out: Path, points: int
+) -> tuple[list[TaskRow], list[Path]]:
+    """Table, per-run CSV and per-task figures from the finished runs of ``specs``."""
+    from paper_figures.budget_curves import budget_curves
+    from rpg_llm.budget import read_chains
+
+    rows, written, run_rows = [], [], []
+    for task in s.tasks:
+        finished = [p for p in specs if p.task == task and run_state(p, cfgs[p]) == "done"]
+        runs: dict[str, dict[int, list]] = {m: {} for m in METHODS}
+        for p in finished:
+            runs[p.method][p.seed] = read_chains(p.run_dir)
+        if not all(runs[m] for m in METHODS):
+            print(f"{task}: no table row (an arm has no finished run)")
+            continue
+        row = task_row(task, runs, _raw_reward_label(task, cfgs[finished[0]]))
+        for r in row.runs:
+            key = (r["method"], r["seed"])
+            r["run_dir"] = str(next(p.run_dir for p in finished if (p.method, p.seed) == key))
+        rows.append(row)
+        run_rows += row.runs
+        dirs = [p.run_dir for p in finished]
+        written += list(budget_curves(dirs, out / "figures" / task, points))
+    if not rows:
+        return rows, written
+    avg, dropped = trimmed_average([r.pct for r in rows])
+    written += list(plot_table(rows, out))
+    written.append(_write_csv(out / "llm_table.csv", [r.as_dict() for r in rows], TABLE_FIELDS))
+    written.append(_write_csv(out / "llm_table_runs.csv", run_rows, RUN_FIELDS))
+    md = out / "llm_table.md"
+    md.write_text(_markdown_document(s, rows, avg, dropped))
+    written.append(md)
+    return rows, written
+
+
+def plot_table(rows: Sequence[TaskRow], out: Path) -> tuple[Path, Path]:
+    """Bar chart of the table (per task: RPG and vanilla mean +- s.e. of the run values at the
+    common final budget); writes ``<out>/llm_table.png`` and ``.pdf``, returns both paths."""
+    from paper_figures._common import plt, save_figure
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(rows) + 2.0), 3.6))
+    x = np.arange(len(rows))
+    for j, (m, color) in enumerate((("rpg", "tab:red"), ("vanilla", "tab:blue"))):
+        mean = [r.arms[m][0] for r in rows]
+        se = [r.arms[m][1] if math.isfinite(r.arms[m][1]) else 0.0 for r in rows]
+        ax.bar(x + (j - 0.5) * 0.38, mean, 0.38, yerr=se, capsize=3, color=color, label=m)
+    ax.set_xticks(x, [f"{r.task}\n(B = {r.budget_s:.3g} s)" for r in rows], fontsize=8)
+    ax.set_ylabel("mean best raw reward at B")
+    ax.set_title("RPG vs vanilla at the common final budget B (mean ± s.e. over seeds)", fontsize=9)
+    ax.axhline(0.0, color="k", lw=0.5)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return save_figure(fig, out, "llm_table")
+
+
+def _markdown_document(s: TableSettings, rows: Sequence[TaskRow], avg: float, dropped) -> str:
+    settings = (
+        f"preset {s.preset}; model {s.model or 'the preset default'}; steps {s.steps}; batch "
+        f"{s.batch_size}; max new tokens {s.max_new_tokens or 'preset'}; max prompt tokens "
+        f"{s.max_prompt_tokens or 'preset'}; timeout "
+        f"{s.timeout_s or 'preset'}; action {s.action or 'run default'}; sft steps "
+        f"{s.sft_steps if s.sft_steps is not None else 'run default'}; seeds "
+        f"{', '.join(map(str, s.seeds))}; extra run flags {' '.join(s.run_args) or 'none'}"
+    )
+    return (
+        "# RPG vs vanilla, the paper's MLE-Bench table in miniature\n\n"
+        "Mean across chains of the best raw reward within the common final budget B (the smallest "
+        "final cumulative execution time over the task's runs, both arms, raised if needed to the "
+        "slowest first sample of any chain), mean ± s.e. over run seeds; % improv. = "
+        "100 (RPG − vanilla) / |vanilla|.\n\n"
+        + table_markdown(rows, avg, dropped)
+        + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
+    )
+
+
+# ----------------------------------------------------------------------------------------- CLI
+
+
+def _int_list(flag: str, text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: give comma-separated integers, e.g. 0,1,2") from None
+    if any(v < 0 for v in vals):
+        raise UsageError(f"{flag} {text!r}: seeds must be >= 0")
+    return vals
+
+
+def _settings_from_args(args) -> TableSettings:
+    base = QUICK if args.quick else FULL
+    s = replace(
+        base,
+        tasks=tuple(t for t in args.tasks.split(",") if t) if args.tasks else base.tasks,
+        seeds=_int_list("--seeds", args.seeds) if args.seeds is not None else base.seeds,
+        steps=base.steps if args.steps is None else args.steps,
+        batch_size=base.batch_size if args.batch_size is None else args.batch_size,
+        max_new_tokens=base.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens,
+        max_prompt_tokens=(
+            base.max_prompt_tokens if args.max_prompt_tokens is None else args.max_prompt_tokens
+        ),
+        timeout_s=args.timeout,
+        preset=args.preset,
+        model=args.model,
+        action=args.action,
+        sft_steps=args.sft_steps,
+        run_args=tuple(shlex.split(args.run_args or "")),
+    )
+    if not s.tasks:
+        raise UsageError(f"--tasks {args.tasks!r} names no task")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.max_prompt_tokens is not None and args.max_prompt_tokens < 1:
+        raise UsageError(f"--max-prompt-tokens must be >= 1, got {args.max_prompt_tokens}")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    if args.points < 2:
+        raise UsageError(f"--points must be >= 2, got {args.points}")
+    return s
+
+
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], allow_abbrev=False)
+    p.add_argument("--quick", action="store_true", help="1 task x 2 seeds x 1 step (<= 20 min)")
+    p.add_argument("--out", default="out/llm_table", help="output folder (runs under OUT/runs)")
+    p.add_argument("--tasks", default=None, help="comma-separated offline competition ids")
+    p.add_argument("--seeds", default=None, help="comma-separated run seeds (table: 0,1,2)")
+    p.add_argument("--steps", type=int, default=None, help="PPO steps per run")
+    p.add_argument("--batch-size", type=int, default=None, help="prompts per step")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="response cap, tokens")
+    p.add_argument("--max-prompt-tokens", type=int, default=None, help="prompt budget, tokens")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per script")
+    p.add_argument("--preset", default="cpu-default", help="rpg_llm.run preset")
+    p.add_argument("--model", default=None, help="Hugging Face id or local folder")
+    p.add_argument("--action", default=None, help="script | edit (forwarded when given)")
+    p.add_argument("--sft-steps", type=int, default=None, help="SFT warm-start steps (forwarded)")
+    p.add_argument("--run-args", default=None, help="extra rpg_llm.run flags, one quoted string")
+    p.add_argument("--points", type=int, default=200, help="budget grid of the figures")
+    p.add_argument("--table-only", action="store_true", help="start no run; table from the runs")
+    return p
+
+
+def _lock(out: Path):
+    """Hold an exclusive lock on ``<out>/.llm_table.lock`` for the life of the returned file, so
+    that two tables never run (or resume) the same run folders at once.
+
+    Raises:
+        UsageError: another ``llm_table`` holds the lock (names ``--out``).
+    """
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    fh = open(out / ".llm_table.lock", "w")  # noqa: SIM115 - held until the process ends
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise UsageError(f"--out {out} is in use by another {PROG}; wait for it to end") from None
+    return fh
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    s = _settings_from_args(args)
+    _check_settings(s)
+    out = Path(args.out)
+    specs = [RunSpec(t, m, k, out) for t in s.tasks for k in s.seeds for m in METHODS]
+    cfgs = {p: _config_for(s, p) for p in specs}  # every value checked before any run starts
+    _check_model(cfgs[specs[0]].model)
+    for p in specs:
+        run_state(p, cfgs[p])  # a folder with other settings: usage error before the lock
+    if args.table_only:
+        return _table(args, s, out, specs, cfgs)
+    with _lock(out):
+        return _table(args, s, out, specs, cfgs)
+
+
+def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) -> int:
+    states = {p: run_state(p, cfgs[p]) for p in specs}
+    print(TUNING_NOTE, flush=True)
+    failed = []
+    for i, p in enumerate(specs, 1):
+        state = states[p]
+        if state == "done" or args.table_only:
+            print(f"[{i}/{len(specs)}] {p}: {'skip (finished)' if state == 'done' else state}")
+            continue
+        print(f"[{i}/{len(specs)}] {p}: {state} -> {p.run_dir} (log {p.log_path})", flush=True)
+        rc, wall = _run_one(s, p, state)
+        print(f"[{i}/{len(specs)}] {p}: exit {rc} after {wall:.1f} s", flush=True)
+        if rc != 0 or run_state(p, cfgs[p]) != "done":
+            failed.append(p)
+    rows, written = write_table(s, specs, cfgs, out, args.points)
+    if rows:
+        avg, dropped = trimmed_average([r.pct for r in rows])
+        print(table_markdown(rows, avg, dropped), end="")
+    for w in written:
+        print(f"wrote {w}")
+    if failed:
+        names = "; ".join(f"{p} (log {p.log_path})" for p in failed)
+        raise RuntimeError(f"{len(failed)} of {len(specs)} runs did not finish: {names}")
+    if not rows:
+        raise RuntimeError("no task has a finished run of both arms: no table")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (rpg_core.cli convention): usage error exit 2, other failure exit 1."""
+    return run_cli(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

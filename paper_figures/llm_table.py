@@ -41,16 +41,19 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
 * average improvement: the mean of the per-task % improvements after dropping the highest and
   the lowest (as the paper does) when there are >= 3 tasks; the plain mean otherwise.
 
-Settings. ``--quick``: 1 task (churn-auc) x 2 seeds x 1 PPO step, batch 2, responses capped at
-64 tokens, prompts at 512 tokens (4 runs). Default (the full table): churn-auc,
-concrete-strength-mae and bbc-news-logloss x seeds 0, 1, 2 x 2 steps, same batch and caps (18 runs,
-36 steps). Everything else is the ``cpu-default`` preset of ``rpg_llm.presets`` (script action,
-seeded buffer, timeout 60 s). A run costs about S + steps x T_step: S ~ 80 s to start (imports,
-model load, seeding the buffer with the task's 8 baselines), T_step the generation + execution +
-PPO update of one step. The quick table fits 20 minutes when 4 (S + T_step) <= 1200 s and the full
-one 3 hours when 18 (S + 2 T_step) <= 10800 s, i.e. T_step <= 220 s and <= 260 s. Measured here
-(notes/table.md, load average ~8 on 2 cores): S ~ 80 s, T_step ~ 186 s (churn-auc), 266 s a run.
-With 3 steps the full table would need T_step <= 173 s: over 3 hours at that load.
+Settings. ``--quick``: 1 task (churn-auc) x 2 seeds x 1 PPO step, batch 2, responses capped at 64
+tokens, prompts at 512 tokens (4 runs). Default (the full table): churn-auc, concrete-strength-mae
+and bbc-news-logloss x seeds 0, 1, 2 x 2 steps, same batch and caps (18 runs, 36 steps). Everything
+else is the ``cpu-default`` preset of ``rpg_llm.presets`` (now the edit action with an 8-step SFT
+warm start; seeded buffer, timeout 60 s). A run costs about S + steps x T_step: S ~ 80 s to start
+(imports, model load, seeding the buffer with the task's 8 baselines), T_step the generation +
+execution + PPO update of one step. The quick table fits 20 minutes when 4 (S + T_step) <= 1200 s
+and the full one 3 hours when 18 (S + 2 T_step) <= 10800 s, i.e. T_step <= 220 s and <= 260 s.
+Measured here (notes/table.md, load average ~8 on 2 cores): S ~ 80 s, T_step ~ 186 s (churn-auc),
+266 s a run. With 3 steps the full table would need T_step <= 173 s: over 3 hours at that load.
+These times were measured with the earlier script-action preset; the edit preset adds its SFT warm
+start to S (465 s for 8 steps in one run at load ~7), so ``--quick`` no longer fits 20 minutes here
+unless ``--sft-steps 0`` (at the price of invalid answers) or a quieter machine.
 
 Hyper-parameters: **no tuning was done for this table.** The CPU setting is the ``cpu-default``
 preset plus the overrides above, chosen for run time only; the table's seeds are 0, 1, 2 and seeds

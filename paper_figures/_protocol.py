@@ -126,10 +126,11 @@ def parse_cells(text: str, setting: Setting, flag: str = "--cells") -> list[Cell
     cells: list[Cell] = []
     for item in (s.strip() for s in text.split(",")):
         parts = item.split(":")
+        if len(parts) in (2, 3):
+            env = check_env(parts[0], flag)  # a UsageError of its own: not caught below
         try:
             if len(parts) not in (2, 3):
                 raise ValueError
-            env = check_env(parts[0], flag)
             k = int(parts[1])
             xs = (int(parts[2]),) if len(parts) == 3 else setting.contexts
         except ValueError:

@@ -14,7 +14,9 @@ C-UCB enumerates all policies for |X| = 4 and samples M = 2,048 policies per dec
 
 Outputs in ``--out`` (default ``out/regret_vs_arms``; ``--quick``: ``out/regret_vs_arms_quick``):
 ``regret_vs_arms.png``, ``.pdf``, ``regret_vs_arms.csv`` (one row per cell and agent, rewritten
-as each finishes) and ``curves.npz`` (regret curves). A progress bar shows the decisions done
+as each finishes; its header is written at the start), ``curves.npz`` (regret curves) and
+``run.json`` (the command, settings and planned cells, written at the start; ``finished`` is set
+at the end). A progress bar shows the decisions done
 inside each cell with an ETA measured after compilation.
 
 ``--quick`` is a smoke run (E1 and E4, K = 5 and 10, n = 2,000, 8 trials), labelled as such in
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -143,6 +146,7 @@ def _parser() -> ArgumentParser:
 def _seed_map(args, agents: list[str], arms: list[int]) -> dict[tuple[str, int], int]:
     """``(agent, K) -> trials`` from --cell-seeds AGENT:K=N and --agent-seeds AGENT=N."""
     found: dict[tuple[str, int], int] = {}
+    seen: set[tuple[str, str, int]] = set()
     for flag, items in (("--cell-seeds", args.cell_seeds), ("--agent-seeds", args.agent_seeds)):
         for item in items:
             left, _, n = item.partition("=")
@@ -157,8 +161,20 @@ def _seed_map(args, agents: list[str], arms: list[int]) -> dict[tuple[str, int],
                 raise UsageError(
                     f"{flag} {item!r}: agent must be one of --agents, N >= 1, got {agent!r}, {n}"
                 )
+            if n > args.seeds:
+                raise UsageError(f"{flag} {item!r}: N must be <= --seeds ({args.seeds}), got {n}")
+            if flag == "--cell-seeds" and ks[0] not in arms:
+                raise UsageError(
+                    f"{flag} {item!r}: K must be one of --arms ({','.join(map(str, arms))}), "
+                    f"got {ks[0]}"
+                )
+            if (flag, agent, ks[0]) in seen:
+                raise UsageError(
+                    f"{flag} {item!r}: repeats agent {agent!r}" + f" at K = {k}" * (flag[2] == "c")
+                )
+            seen.add((flag, agent, ks[0]))
             for kk in ks:
-                found.setdefault((agent, kk), n)
+                found.setdefault((agent, kk), n)  # --cell-seeds before --agent-seeds
     return found
 
 
@@ -166,7 +182,7 @@ def check_args(args) -> dict:
     """Validate the flags before anything is created or compiled; returns the run plan.
 
     Raises:
-      UsageError: naming the flag and the value: unknown env or agent, K < 1, |X| < 4 (the
+      UsageError: naming the flag and the value: unknown env or agent, K < 2, |X| < 4 (the
         reference environments need >= 4 contexts), steps / seeds < 1, seed start < 0, an
         --out that is a file, unreadable hyper-parameter files, or hyper-parameters an agent
         refuses (e.g. too many policies for exact C-UCB).
@@ -187,8 +203,8 @@ def check_args(args) -> dict:
         raise UsageError(f"--envs repeats a value: {args.envs!r}")
     arms = args.arms or list(setting.arms)
     contexts = [check_contexts(x, "--contexts") for x in (args.contexts or setting.contexts)]
-    if min(arms) < 1:
-        raise UsageError(f"--arms: K must be >= 1, got {min(arms)}")
+    if min(arms) < 2:
+        raise UsageError(f"--arms: K must be >= 2 (one arm has no regret), got {min(arms)}")
     for flag, v, lo in (
         ("--steps", args.steps, 1),
         ("--seeds", args.seeds, 1),
@@ -209,6 +225,7 @@ def check_args(args) -> dict:
     tuned = None
     if tuned_path is not None and (args.tuned is not None or tuned_path.exists()):
         tuned = load_json(tuned_path, "--tuned", ["cells"]) | {"_path": tuned_path}
+    seed_map = _seed_map(args, agents, arms)
     cells = [Cell(e, k, x) for x in contexts for e in envs for k in arms]
     hyper = {}
     for cell in cells:
@@ -225,7 +242,7 @@ def check_args(args) -> dict:
         "cells": cells,
         "agents": agents,
         "hyper": hyper,
-        "seed_map": _seed_map(args, agents, arms),
+        "seed_map": seed_map,
         "arms": arms,
         "contexts": contexts,
     }
@@ -271,6 +288,9 @@ def run(args, plan: dict) -> Path:
     folder = out_dir(args.out, "regret_vs_arms_quick" if args.quick else "regret_vs_arms")
     seeds_all = list(range(args.seed_start, args.seed_start + args.seeds))
     units = [(c, a) for c in plan["cells"] for a in plan["agents"]]
+    info = _run_info(args, plan, units)
+    (folder / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+    write_csv(folder / "regret_vs_arms.csv", [], CSV_FIELDS)  # header now: a kill leaves it
     rows, curves = [], {}
     for i, (cell, name) in enumerate(units, 1):
         seeds = seeds_all[: min(args.seeds, plan["seed_map"].get((name, cell.K), args.seeds))]
@@ -305,7 +325,27 @@ def run(args, plan: dict) -> Path:
         write_csv(folder / "regret_vs_arms.csv", rows, CSV_FIELDS)
         np.savez_compressed(folder / "curves.npz", **curves)
     plot(rows, folder, args, plan)
+    info["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    (folder / "run.json").write_text(json.dumps(info, indent=1) + "\n")
     return folder
+
+
+def _run_info(args, plan: dict, units: list) -> dict:
+    """What ``run.json`` says from the start: the command, the settings and the planned cells."""
+    return {
+        "command": " ".join([PROG, *getattr(args, "argv", [])]),
+        "run": "quick smoke run" if args.quick else "full",
+        "setting": plan["setting"],
+        "n_steps": args.steps,
+        "seeds": f"{args.seed_start}-{args.seed_start + args.seeds - 1}",
+        "agents": plan["agents"],
+        "cells": [c.key for c in plan["cells"]],
+        "reduced_seeds": {f"{a}:{k}": n for (a, k), n in sorted(plan["seed_map"].items())},
+        "hyper_source": {f"{c.key} {a}": src for (c, a), (_, src) in plan["hyper"].items()},
+        "units": len(units),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "finished": None,
+    }
 
 
 def _caption(rows: list[dict], args, plan: dict) -> str:
@@ -402,6 +442,7 @@ def plot(rows: list[dict], folder: Path, args, plan: dict) -> None:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     plan = check_args(args)
     t0 = time.perf_counter()
     folder = run(args, plan)

@@ -36,9 +36,12 @@ def _floats(text: str) -> list[float]:
     import argparse
 
     try:
-        return [float(v) for v in text.split(",")]
+        values = [float(v) for v in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"not comma-separated numbers: {text!r}") from None
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"repeats a value: {text!r}")
+    return values
 
 
 def _parser() -> ArgumentParser:
@@ -70,10 +73,9 @@ def check_args(args) -> tuple[list[Cell], dict]:
     bad = [a for a in args.agents.split(",") if a not in GRIDS]
     if bad:
         raise UsageError(f"--agents: unknown tunable agent {bad[0]!r}; valid: {', '.join(GRIDS)}")
-    if min(args.steps, args.seeds, args.arms) < 1:
-        raise UsageError(
-            f"--steps, --seeds, --arms must be >= 1: {args.steps}, {args.seeds}, {args.arms}"
-        )
+    for flag, value in (("--steps", args.steps), ("--seeds", args.seeds), ("--arms", args.arms)):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
     last = args.seed_start + args.seeds - 1
     if args.seed_start < EVAL_SEEDS.stop and last >= EVAL_SEEDS.start:
         raise UsageError(
@@ -83,15 +85,23 @@ def check_args(args) -> tuple[list[Cell], dict]:
     grids = {a: dict(GRIDS[a]) for a in args.agents.split(",")}
     for name in HYPER_NAMES:
         values = getattr(args, f"{name}_grid")
-        for g in grids.values():
+        flag = f"--{name.replace('_', '-')}-grid"
+        for a, g in grids.items():
             if values is not None and name in g:
+                for v in values:  # each value of the flag on its own: the error names the flag
+                    point = {k: (v if k == name else vs[0]) for k, vs in GRIDS[a].items()}
+                    try:
+                        build_agent(a, cells[0], point)
+                    except ValueError as err:
+                        raise UsageError(f"{flag} {v:g}: {err}") from None
                 g[name] = values
-    for a, g in grids.items():  # every grid value, before anything runs
+    for a, g in grids.items():  # every grid point, before anything runs
         for point in itertools.product(*g.values()):
+            hyper = dict(zip(g, point, strict=True))
             try:
-                build_agent(a, cells[0], dict(zip(g, point, strict=True)))
+                build_agent(a, cells[0], hyper)
             except ValueError as err:
-                raise UsageError(f"--{a} grid: {err}") from None
+                raise UsageError(f"--agents {a}: grid point {hyper}: {err}") from None
     return cells, grids
 
 

@@ -386,6 +386,8 @@ def parse_action(answer: str, action: str, parent_code: str | None = None) -> Ac
     """
     if action not in ACTION_FORMATS:
         raise ValueError(f"action must be one of {', '.join(ACTION_FORMATS)}, got {action!r}")
+    if not isinstance(answer, str):
+        raise ValueError(f"answer must be a string, got {type(answer).__name__}")
     block = extract_code(answer)
     if block is None:
         return Action("invalid", None, NO_BLOCK_TEXT)

@@ -274,6 +274,8 @@ def test_caller_errors_raise():
         parse_action(fenced("C = 1"), "edit", None)
     with pytest.raises(ValueError, match="code must be a string"):
         editable_constants(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="^answer must be a string, got NoneType$"):
+        parse_action(None, "script")  # type: ignore[arg-type]
 
 
 def test_parent_without_constants_accepts_only_scripts():

@@ -34,6 +34,11 @@ from paper_figures import regret_vs_arms
         (["--envs", "E1,e1"], "repeats"),
         (["--arms", "5,5"], "5,5"),
         (["--arms", "100000"], "100001"),
+        (["--arms", "1"], "got 1"),
+        (["--agent-seeds", "npg-niw=200"], "npg-niw=200"),
+        (["--agent-seeds", "npg-niw=10", "--agent-seeds", "npg-niw=20"], "npg-niw=20"),
+        (["--cell-seeds", "npg-niw:5=3", "--cell-seeds", "npg-niw:5=4"], "npg-niw:5=4"),
+        (["--cell-seeds", "npg-niw:7=3"], "npg-niw:7=3"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line_before_out_exists(argv, needle, capsys, tmp_path):
@@ -42,6 +47,34 @@ def test_usage_errors_exit_2_with_one_line_before_out_exists(argv, needle, capsy
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and needle in err and err.startswith(regret_vs_arms.PROG)
     assert not out.exists()
+
+
+def test_a_kill_in_the_first_cell_leaves_run_json_and_csv_header(monkeypatch, tmp_path, capsys):
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(regret_vs_arms, "run_cell", killed)
+    out = tmp_path / "fig"
+    argv = ["--envs", "E1", "--arms", "2", "--steps", "50", "--seeds", "3"]
+    argv += ["--agents", "cucb-tuned", "--agent-seeds", "cucb-tuned=2", "--out", str(out)]
+    assert regret_vs_arms.main(argv) == 130
+    info = json.loads((out / "run.json").read_text())
+    assert info["command"] == " ".join([regret_vs_arms.PROG, *argv])
+    assert info["cells"] == ["E1:2:4"] and info["agents"] == ["cucb-tuned"]
+    assert info["n_steps"] == 50 and info["seeds"] == "0-2" and info["finished"] is None
+    assert info["reduced_seeds"] == {"cucb-tuned:2": 2}
+    header = (out / "regret_vs_arms.csv").read_text().splitlines()
+    assert header == [",".join(regret_vs_arms.CSV_FIELDS)]
+
+
+def test_cell_seeds_override_agent_seeds_at_their_k():
+    args = regret_vs_arms._parser().parse_args(
+        ["--cell-seeds", "npg-niw:5=3", "--agent-seeds", "npg-niw=10"]
+    )
+    assert regret_vs_arms._seed_map(args, ["npg-niw"], [5, 10]) == {
+        ("npg-niw", 5): 3,
+        ("npg-niw", 10): 10,
+    }
 
 
 def test_out_naming_a_file_exits_2(capsys):
@@ -120,6 +153,7 @@ def test_tiny_run_writes_figure_csv_and_uses_tuned_cells(tmp_path):
     assert regret_vs_arms.main(argv) == 0
     for name in ("regret_vs_arms.png", "regret_vs_arms.pdf", "regret_vs_arms.csv", "curves.npz"):
         assert (out / name).stat().st_size > 0
+    assert json.loads((out / "run.json").read_text())["finished"]
     rows = _rows(out)
     assert len(rows) == 2 * 2 * 2 and {r["run"] for r in rows} == {"full"}
     reduced = [r for r in rows if r["agent"] == "cucb-theory" and r["K"] == "3"]

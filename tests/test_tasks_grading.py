@@ -187,6 +187,10 @@ def test_probabilities_not_summing_to_one_or_negative_are_invalid():
     bad = sub.copy()
     bad[CLASSES] = bad[CLASSES] * 0.5
     assert "sum to 1" in _invalid(M.grade_multiclass_logloss, bad, answers)
+    zero = sub.copy()
+    zero[CLASSES] = 0.0  # every row sums to 0: the message names the id as a plain value
+    msg = _invalid(M.grade_multiclass_logloss, zero, answers)
+    assert f"row with id {int(zero.iloc[0, 0])} sums to 0" in msg and "np." not in msg, msg
     neg = sub.copy()
     neg.loc[0, ["a", "b", "c"]] = [-0.2, 0.6, 0.6]
     assert "[0, 1]" in _invalid(M.grade_multiclass_logloss, neg, answers)

@@ -18,7 +18,7 @@ PG_GRID = ["--grid", "lr=0.3,3", "--grid", "age_bound=60,4000"]
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["--cells", "E9:5"], "E9"),
+        (["--cells", "E9:5"], "--cells: unknown environment 'E9'; valid: E1, E2, E3, E4"),
         (["--cells", "E1:x"], "'E1:x'"),
         (["--cells", "E1:5:2"], "--cells 2"),
         (["--cells", "E1:0"], "'E1:0'"),

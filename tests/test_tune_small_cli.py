@@ -15,12 +15,18 @@ from paper_figures import tune_small
         (["--lr-grid", "0"], "lr"),
         (["--agents", "ucb"], "'ucb'"),
         (["--envs", "E5"], "E5"),
+        (["--lr-grid", "0.1,0.1"], "--lr-grid: repeats a value: '0.1,0.1'"),
+        (["--lr-grid", "nan"], "--lr-grid nan"),
+        (["--age-bound-grid", "-1"], "--age-bound-grid -1"),
+        (["--c1-grid", "nan", "--agents", "cucb-tuned"], "--c1-grid nan"),
+        (["--steps", "0"], "--steps must be >= 1, got 0"),
+        (["--arms", "0"], "--arms must be >= 1, got 0"),
     ],
 )
 def test_usage_errors_exit_2(argv, needle, capsys, tmp_path):
     assert tune_small.main([*argv, "--out", str(tmp_path / "h.json")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and needle in err
+    assert "\n" not in err and needle in err and "--seeds, " not in err and "--npg-niw" not in err
     assert not (tmp_path / "h.json").exists()
 
 

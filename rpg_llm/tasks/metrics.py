@@ -136,8 +136,10 @@ def grade_multiclass_logloss(submission: pd.DataFrame, answers: pd.DataFrame) ->
     sums = proba.sum(axis=1)
     worst = int(np.argmax(np.abs(sums - 1.0)))
     if abs(sums[worst] - 1.0) > PROBA_SUM_ATOL:
+        row_id = sub.index[worst]
+        row_id = row_id.item() if isinstance(row_id, np.generic) else row_id  # 2, not np.int64(2)
         raise InvalidSubmissionError(
-            f"probabilities of a row must sum to 1, row with id {sub.index[worst]!r} sums to "
+            f"probabilities of a row must sum to 1, row with id {row_id!r} sums to "
             f"{sums[worst]:.6g}"
         )
     proba = np.clip(proba, LOGLOSS_CLIP, 1.0 - LOGLOSS_CLIP)

@@ -388,3 +388,25 @@ def test_empty_out_exits_2(tmp_path, capsys, tiny_model_dir, monkeypatch):
     assert main(["--model", str(tiny_model_dir), "--out", ""]) == 2
     assert "--out ''" in _one_line_error(capsys)
     assert not (tmp_path / "runs").exists()
+
+
+def test_metrics_line_writes_null_for_no_best_generated(tmp_path):
+    """``best_generated`` is nan before any valid generated sample: metrics.jsonl holds
+    ``null`` there (strict JSON), never ``NaN``."""
+    import math
+    import time
+
+    from rpg_llm.loop.recording import Recorder, json_metrics
+    from rpg_llm.runfolder import RunFolder
+
+    rec = _record(best_generated=float("nan"), rho_hat=float("inf"))
+    folder = RunFolder(tmp_path / "run")
+    folder.root.mkdir(parents=True, exist_ok=True)
+    Recorder(folder, main=True, rank=0).record(rec, time.perf_counter())
+    text = folder.metrics_path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    line = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert line["best_generated"] is None and line["rho_hat"] is None
+    assert line["best_raw_reward"] == pytest.approx(0.9876)
+    assert math.isnan(rec.best_generated)  # the record itself keeps nan for the summary line
+    assert json_metrics({"x": float("-inf"), "y": 1}) == {"x": None, "y": 1}

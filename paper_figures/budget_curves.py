@@ -30,6 +30,8 @@ from rpg_llm.budget import (
 __all__ = ["Chain", "read_chains", "curve", "budget_curves", "y_label", "main"]
 
 PROG = "python -m paper_figures.budget_curves"
+MAX_POINTS = 100_000
+"""Largest ``--points`` (the grid is held for every arm; a typo would exhaust the memory)."""
 _COLORS = {"rpg": "tab:red", "vanilla": "tab:blue"}
 
 
@@ -100,8 +102,20 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--out", default=None, help="output folder")
     parser.add_argument("--points", type=int, default=200, help="budget grid size (>= 2)")
     args = parser.parse_args(argv)
-    if args.points < 2:
-        raise UsageError(f"--points must be >= 2, got {args.points}")
+    if not 2 <= args.points <= MAX_POINTS:
+        raise UsageError(f"--points must lie in [2, {MAX_POINTS}], got {args.points}")
+    if args.out is not None:
+        if not args.out.strip():
+            raise UsageError(f"--out {args.out!r}: an empty value; give a folder")
+        out = Path(args.out).expanduser()
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {args.out}: exists and is not a folder")
+    seen: set[Path] = set()
+    for d in args.run_dirs:
+        key = Path(d).expanduser().resolve()
+        if key in seen:
+            raise UsageError(f"RUN_DIR {d} is given twice (its chains would count double)")
+        seen.add(key)
     for d in args.run_dirs:
         try:
             read_chains(d)

@@ -54,12 +54,23 @@ def flag(name: str | None = None, help: str = "", choices: tuple[str, ...] | Non
     return {"flag": name, "help": help, "choices": choices}
 
 
-def _int_at_least(obj: Any, name: str, low: int, optional: bool = False) -> None:
+MAX_COUNT = 10**6
+"""Upper bound of the step / example / token counts (a typo such as 99999999999 would start a
+run that can never finish, or allocate without end)."""
+MAX_BATCH = 4096
+"""Upper bound of the batch, slot, worker and thread counts."""
+
+
+def _int_at_least(
+    obj: Any, name: str, low: int, optional: bool = False, high: int = MAX_COUNT
+) -> None:
     v = getattr(obj, name)
     if optional and v is None:
         return
     if not isinstance(v, int) or isinstance(v, bool) or v < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+    if v > high:
+        raise ValueError(f"{name} must be an integer <= {high}, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -89,10 +100,10 @@ class SamplingConfig:
             raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
         if not (isinstance(self.top_p, int | float) and 0 < self.top_p <= 1):
             raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
-        _int_at_least(self, "top_k", 1)
+        _int_at_least(self, "top_k", 1, high=10**7)
         _int_at_least(self, "max_new_tokens", 1)
         _int_at_least(self, "max_prompt_tokens", 256)
-        _int_at_least(self, "gen_batch_size", 1, optional=True)
+        _int_at_least(self, "gen_batch_size", 1, optional=True, high=MAX_BATCH)
 
 
 @dataclass(frozen=True)
@@ -221,14 +232,15 @@ class LoopConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "workers", "checkpoint_every", "keep_checkpoints"):
+        for name in ("steps", "checkpoint_every", "keep_checkpoints", "estimator_batches"):
             _int_at_least(self, name, 1)
-        for name in ("buffer_capacity_factor", "estimator_batches"):
-            _int_at_least(self, name, 1)
-        _int_at_least(self, "num_slots", 2, optional=True)
-        _int_at_least(self, "cpu_threads", 1, optional=True)
+        for name in ("batch_size", "workers"):
+            _int_at_least(self, name, 1, high=MAX_BATCH)
+        _int_at_least(self, "buffer_capacity_factor", 1, high=1000)
+        _int_at_least(self, "num_slots", 2, optional=True, high=MAX_BATCH)
+        _int_at_least(self, "cpu_threads", 1, optional=True, high=MAX_BATCH)
         _int_at_least(self, "sft_steps", 0)
-        _int_at_least(self, "sft_batch_size", 1)
+        _int_at_least(self, "sft_batch_size", 1, high=MAX_BATCH)
         _int_at_least(self, "sft_examples", 1)
         if not (isinstance(self.sft_lr, int | float) and self.sft_lr > 0):
             raise ValueError(f"sft_lr must be > 0, got {self.sft_lr!r}")

@@ -248,8 +248,10 @@ def _parser() -> ArgumentParser:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if not args.script.is_file():
+    if not args.script.exists():
         raise UsageError(f"script {str(args.script)!r} not found")
+    if not args.script.is_file():
+        raise UsageError(f"script {str(args.script)!r} is a folder, not a Python file")
     if not args.timeout > 0 or math.isinf(args.timeout):
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     from rpg_llm.tasks import load_competition

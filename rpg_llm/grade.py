@@ -35,7 +35,10 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--data-root", type=Path, default=None)
     add_mlebench_dir_flag(parser)
     args = parser.parse_args(argv)
-    usage_check(args.submission.is_file(), f"submission file not found: {args.submission}")
+    usage_check(args.submission.exists(), f"submission file not found: {args.submission}")
+    usage_check(
+        args.submission.is_file(), f"submission {args.submission} is a folder, not a CSV file"
+    )
     tree = mlebench_dir_arg(args.mlebench_dir)
     try:
         comp = load_competition(args.competition, args.data_root, tree)

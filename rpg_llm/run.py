@@ -134,6 +134,44 @@ def _check_speedrun(cfg: Any) -> None:
         raise UsageError(msg if msg.startswith("--") else f"--task {SPEEDRUN_ID}: {msg}") from None
 
 
+def _check_device(device: str | None) -> None:
+    """``--device`` must name a torch device this machine has (``cuda`` without a GPU would load
+    the weights, then fail inside torch).
+
+    Raises:
+        UsageError: naming ``--device`` and the value.
+    """
+    if device is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"--device {device!r} is not a torch device (cpu, cuda, cuda:N)") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UsageError(f"--device {device!r}: no CUDA GPU on this machine (use cpu)")
+        if dev.index is not None and dev.index >= count:
+            raise UsageError(f"--device {device!r}: this machine has {count} CUDA GPU(s)")
+    elif dev.type != "cpu":
+        raise UsageError(f"--device {device!r}: only cpu and cuda are supported")
+
+
+def _check_folder(flag: str, value: str) -> None:
+    """``value`` of ``flag`` must be a non-empty path that is a folder or does not exist yet.
+
+    Raises:
+        UsageError: naming the flag and the value.
+    """
+    if not value.strip():
+        raise UsageError(f"{flag} {value!r}: an empty value; give a folder")
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {value}: exists and is not a folder")
+
+
 def _check_inputs(cfg: Any, preset_name: str) -> None:
     """Fail early (before a run folder is made or a model loaded) on a missing model, task,
     grader, seed folder or preset resource.
@@ -148,6 +186,9 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
     from rpg_llm.tasks import nanogpt
     from rpg_llm.tasks.cliflags import seed_dir_arg
 
+    _check_device(cfg.device)
+    if cfg.data_root is not None:
+        _check_folder("--data-root", cfg.data_root)
     if cfg.task == SPEEDRUN_ID:
         _check_speedrun(cfg)
     preset = get_preset(preset_name)
@@ -203,9 +244,13 @@ def _main(argv: Sequence[str] | None) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     from rpg_llm.loop import train
 
+    if args.resume is not None and not args.resume.strip():
+        raise UsageError(f"--resume {args.resume!r}: an empty value; give a run folder")
     if args.resume:
         cfg, run_dir, resume = _resume_config(args), Path(args.resume), True
     else:
+        if args.out is not None:
+            _check_folder("--out", args.out)
         cfg, preset_name = build_config(args)
         if world > 1 and not args.out:
             raise UsageError(f"with {world} processes, name the run folder with --out")

@@ -451,9 +451,9 @@ def _main(argv: list[str] | None) -> int:
     import tempfile
     from pathlib import Path
 
-    from rpg_core.cli import ArgumentParser, usage_check
+    from rpg_core.cli import ArgumentParser, UsageError, usage_check
     from rpg_llm import tasks
-    from rpg_llm.policy import DEFAULT_MODEL, load_policy
+    from rpg_llm.policy import DEFAULT_MODEL, load_policy, resolve_model
 
     p = ArgumentParser(
         prog="python -m rpg_llm.sft",
@@ -476,15 +476,15 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--out", default=None, help="write the measurement as JSON here")
     args = p.parse_args(argv)
     for flag, value, ok in [
-        ("--steps", args.steps, args.steps >= 0),
-        ("--batch-size", args.batch_size, args.batch_size >= 1),
+        ("--steps", args.steps, 0 <= args.steps <= 10**6),
+        ("--batch-size", args.batch_size, 1 <= args.batch_size <= 4096),
         ("--lr", args.lr, args.lr > 0),
-        ("--pairs", args.pairs, args.pairs >= 1),
-        ("--samples", args.samples, args.samples >= 1),
-        ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1),
-        ("--max-prompt-tokens", args.max_prompt_tokens, args.max_prompt_tokens >= 256),
+        ("--pairs", args.pairs, 1 <= args.pairs <= 10**6),
+        ("--samples", args.samples, 1 <= args.samples <= 4096),
+        ("--max-new-tokens", args.max_new_tokens, 1 <= args.max_new_tokens <= 10**6),
+        ("--max-prompt-tokens", args.max_prompt_tokens, 256 <= args.max_prompt_tokens <= 10**6),
         ("--timeout", args.timeout, args.timeout > 0),
-        ("--threads", args.threads, args.threads >= 1),
+        ("--threads", args.threads, 1 <= args.threads <= 4096),
         ("--seed", args.seed, args.seed >= 0),
     ]:
         usage_check(ok, f"{flag}: invalid value {value!r}")
@@ -493,6 +493,10 @@ def _main(argv: list[str] | None) -> int:
         comp_id in tasks.list_offline_competitions(),
         f"--task: unknown offline competition {args.task!r}",
     )
+    try:
+        resolve_model(args.model)
+    except ValueError as err:
+        raise UsageError(f"--model {args.model}: {err}") from None
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="rpg-sft-") as tmp:
         root = Path(args.data_root) if args.data_root else Path(tmp)

@@ -74,3 +74,35 @@ def test_run_writes_the_same_curve_data_without_paper_figures(tmp_path):
     mine = write_budget_csv([a], tmp_path / "data" / "budget_curves.csv", points=7)
     assert mine.read_text().splitlines() == csv.read_text().splitlines()
     assert len(mine.read_text().splitlines()) == 1 + 7
+
+
+def _cli_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("python -m paper_figures.budget_curves: ")
+    return err
+
+
+def test_cli_out_that_is_a_file_exits_2(tmp_path, capsys):
+    a = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.2)]})
+    bad = tmp_path / "bad.csv"
+    bad.write_text("x\n")
+    assert main([str(a), "--out", str(bad)]) == 2
+    err = _cli_error(capsys)
+    assert f"--out {bad}" in err and "not a folder" in err
+    assert bad.read_text() == "x\n" and not (a / "figures").exists()
+
+
+def test_cli_huge_points_exits_2(tmp_path, capsys):
+    a = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.2)]})
+    assert main([str(a), "--points", "99999999999"]) == 2
+    err = _cli_error(capsys)
+    assert "--points" in err and "99999999999" in err
+    assert not (a / "figures").exists()
+
+
+def test_cli_repeated_run_folder_exits_2(tmp_path, capsys):
+    a = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.2)]})
+    assert main([str(a), str(a), "--out", str(tmp_path / "o")]) == 2
+    err = _cli_error(capsys)
+    assert f"RUN_DIR {a} is given twice" in err
+    assert not (tmp_path / "o").exists()

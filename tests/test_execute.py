@@ -380,3 +380,13 @@ def test_cpu_s_counts_script_and_children_under_the_thread_executor(comp, kind):
     assert burn.cpu_s >= 1.5
     assert both.cpu_s >= 2.0
     assert sleep.cpu_s < 1.0 < 1.5 <= sleep.delta
+
+
+def test_cli_folder_as_script_says_it_is_not_a_file(tmp_path, capsys):
+    folder = tmp_path / "FOLDER"
+    folder.mkdir()
+    assert main([str(folder), "--task", "toy"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("python -m rpg_llm.execute: error: ")
+    assert f"script {str(folder)!r} is a folder, not a Python file" in err
+    assert list(folder.iterdir()) == []

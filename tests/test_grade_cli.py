@@ -133,3 +133,13 @@ def test_tasks_cli_prepare_without_board(tmp_path, capsys):
     rows = dict(line.split("\t", 1) for line in capsys.readouterr().out.splitlines())
     assert rows["digits-accuracy"] == "offline\tprepared"
     assert rows["churn-auc"] == "offline\tnot prepared"
+
+
+def test_grade_cli_folder_as_submission_says_it_is_not_a_file(tmp_path, capsys):
+    folder = tmp_path / "SOME_FOLDER"
+    folder.mkdir()
+    assert grade_cli.main(["bbc-news-logloss", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("python -m rpg_llm.grade: error: ")
+    assert f"submission {folder} is a folder, not a CSV file" in err
+    assert list(folder.iterdir()) == []

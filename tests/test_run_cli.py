@@ -321,3 +321,92 @@ def test_budget_curve_label_names_the_nanogpt_quantity(tmp_path):
     assert y_label([runs["comp"]]) == "best raw reward so far"
     assert "val loss" in y_label([runs["ng"]]) and "raw reward" not in y_label([runs["ng"]])
     assert "raw reward" in y_label([runs["comp"], runs["ng"]])
+
+
+def test_cuda_device_without_a_gpu_exits_2_before_any_folder(tmp_path, capsys, tiny_model_dir):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "X"
+    argv = ["--model", str(tiny_model_dir), "--device", "cuda", "--out", str(out)]
+    assert main(argv) == 2
+    err = _one_line_error(capsys)
+    assert "--device 'cuda'" in err and "no CUDA GPU" in err
+    assert not out.exists()
+
+
+def test_bad_device_name_exits_2(tmp_path, capsys, tiny_model_dir):
+    out = tmp_path / "X"
+    assert main(["--model", str(tiny_model_dir), "--device", "gpu7", "--out", str(out)]) == 2
+    assert "--device 'gpu7'" in _one_line_error(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--batch-size", "99999999999"),
+        ("--steps", "99999999999"),
+        ("--workers", "99999999999"),
+        ("--estimator-batches", "99999999999"),
+        ("--max-new-tokens", "99999999999"),
+        ("--sft-examples", "99999999999"),
+    ],
+)
+def test_huge_counts_exit_2(tmp_path, capsys, tiny_model_dir, flag, value):
+    out = tmp_path / "X"
+    assert main(["--model", str(tiny_model_dir), flag, value, "--out", str(out)]) == 2
+    err = _one_line_error(capsys)
+    assert flag in err and value in err and "<=" in err
+    assert not out.exists()
+
+
+def test_out_that_is_a_file_exits_2(tmp_path, capsys, tiny_model_dir):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n")
+    assert main(["--model", str(tiny_model_dir), "--out", str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert "run folder:" not in captured.out
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and f"--out {bad}" in err and "not a folder" in err
+    assert bad.read_text() == "a,b\n"
+
+
+def test_data_root_that_is_a_file_exits_2(tmp_path, capsys, tiny_model_dir):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n")
+    out = tmp_path / "X"
+    assert main(["--model", str(tiny_model_dir), "--data-root", str(bad), "--out", str(out)]) == 2
+    err = _one_line_error(capsys)
+    assert f"--data-root {bad}" in err and "not a folder" in err
+    assert not out.exists()
+
+
+def test_empty_out_exits_2(tmp_path, capsys, tiny_model_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--model", str(tiny_model_dir), "--out", ""]) == 2
+    assert "--out ''" in _one_line_error(capsys)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_metrics_line_writes_null_for_no_best_generated(tmp_path):
+    """``best_generated`` is nan before any valid generated sample: metrics.jsonl holds
+    ``null`` there (strict JSON), never ``NaN``."""
+    import math
+    import time
+
+    from rpg_llm.loop.recording import Recorder, json_metrics
+    from rpg_llm.runfolder import RunFolder
+
+    rec = _record(best_generated=float("nan"), rho_hat=float("inf"))
+    folder = RunFolder(tmp_path / "run")
+    folder.root.mkdir(parents=True, exist_ok=True)
+    Recorder(folder, main=True, rank=0).record(rec, time.perf_counter())
+    text = folder.metrics_path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    line = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert line["best_generated"] is None and line["rho_hat"] is None
+    assert line["best_raw_reward"] == pytest.approx(0.9876)
+    assert math.isnan(rec.best_generated)  # the record itself keeps nan for the summary line
+    assert json_metrics({"x": float("-inf"), "y": 1}) == {"x": None, "y": 1}

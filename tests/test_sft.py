@@ -206,3 +206,22 @@ def test_cli_usage_errors_exit_2_with_one_line(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def test_cli_missing_model_exits_2(tmp_path, capsys):
+    from rpg_llm.sft import main
+
+    out = tmp_path / "m.json"
+    assert main(["--model", "/nonexist", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("python -m rpg_llm.sft: error: ")
+    assert "--model /nonexist" in err
+    assert not out.exists()
+
+
+def test_cli_huge_batch_size_exits_2(tmp_path, capsys):
+    from rpg_llm.sft import main
+
+    assert main(["--batch-size", "99999999999", "--out", str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--batch-size: invalid value 99999999999" in err

@@ -18,9 +18,27 @@ import numpy as np
 
 from rpg_llm.runfolder import RunFolder
 
-__all__ = ["StepRecord", "step_record", "sample_rows", "Recorder"]
+__all__ = ["StepRecord", "step_record", "sample_rows", "Recorder", "json_metrics"]
 
 log = logging.getLogger("rpg_llm.loop")
+
+
+def json_metrics(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as strict JSON values: numbers as Python numbers, a non-finite float (``nan``:
+    no valid generated sample yet) as ``None`` (JSON ``null``; ``NaN`` is not valid JSON).
+
+    Raises:
+        ValueError: a value that still is not JSON (checked with ``allow_nan=False``).
+    """
+    out: dict[str, Any] = {}
+    for k, v in record.items():
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        out[k] = v
+    json.dumps(out, allow_nan=False)
+    return out
 
 
 @dataclass
@@ -178,8 +196,9 @@ class Recorder:
         rec.step_seconds = time.perf_counter() - t_start
         self.tb.add_scalar("step_seconds", rec.step_seconds, rec.step)
         self.tb.flush()
-        self.folder.append_metrics(rec.flat())
-        log.info("step %d: %s", rec.step, json.dumps(rec.flat(), default=float))
+        metrics = json_metrics(rec.flat())
+        self.folder.append_metrics(metrics)
+        log.info("step %d: %s", rec.step, json.dumps(metrics))
         return rec
 
     def record_sft(self, sft_step: int, loss: float) -> None:
@@ -189,7 +208,9 @@ class Recorder:
             return
         self.tb.add_scalar("sft/loss", loss, sft_step)
         self.tb.flush()
-        self.folder.append_metrics({"step": 0, "sft_step": sft_step, "sft/loss": loss})
+        self.folder.append_metrics(
+            json_metrics({"step": 0, "sft_step": sft_step, "sft/loss": float(loss)})
+        )
         log.info("SFT step %d: loss %.4f", sft_step, loss)
 
     def write_samples(

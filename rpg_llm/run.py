@@ -200,8 +200,7 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
         resolve_model(cfg.model)
     except ValueError as err:
         raise UsageError(f"--model {cfg.model}: {err}") from None
-    if cfg.seed_dir is not None:
-        seed_dir_arg(Path(cfg.seed_dir))
+    seeds = seed_dir_arg(Path(cfg.seed_dir)) if cfg.seed_dir is not None else None
     if cfg.task in nanogpt.TASK_IDS or cfg.task == SPEEDRUN_ID:
         return
     try:
@@ -213,6 +212,32 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
             tasks.load_grader(comp)  # GradingSetupError: the grader cannot be imported
     except ValueError as err:
         raise UsageError(f"--task {cfg.task}: {err}") from None
+    _check_starting_scripts(cfg, seeds if seeds is not None else tasks.baseline_solutions(comp_id))
+
+
+def _check_starting_scripts(cfg: Any, scripts: list[tuple[str, str]]) -> None:
+    """The edit format and the SFT warm start start from the task's baseline (or --seed-dir)
+    scripts: refuse a run that has none it can use, before a model is loaded.
+
+    Raises:
+        UsageError: naming ``--action edit`` or ``--sft-steps`` and the task.
+    """
+    from rpg_llm.actions import editable_baselines
+
+    source = f"--seed-dir {cfg.seed_dir}" if cfg.seed_dir is not None else f"task {cfg.task}"
+    if cfg.action == "edit":
+        try:
+            editable_baselines(scripts)
+        except ValueError as err:
+            raise UsageError(
+                f"--action edit: {source} has {err}; give --seed-dir with such scripts, "
+                "or use --action script --sft-steps 0"
+            ) from None
+    elif cfg.sft_steps > 0 and not scripts:
+        raise UsageError(
+            f"--sft-steps {cfg.sft_steps}: {source} has no baseline scripts to fine-tune on; "
+            "give --seed-dir or --sft-steps 0"
+        )
 
 
 def _resume_config(args: Any) -> Any:

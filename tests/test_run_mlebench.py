@@ -168,6 +168,33 @@ def test_run_unknown_competition_in_the_tree_exits_2(tmp_path, tree, tiny_model_
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--action", "edit"], "--action edit: task toy-tree-mae has no baseline script"),
+        (["--action", "script", "--sft-steps", "2"], "--sft-steps 2: task toy-tree-mae has no"),
+    ],
+)
+def test_edit_or_sft_on_a_competition_without_baselines_exits_2_without_a_folder(
+    tmp_path, tree, tiny_model_dir, capsys, extra, needle
+):
+    out = tmp_path / "run"  # the cpu-default preset edits and fine-tunes: neither can start here
+    assert run_main(_base_args(tree, tiny_model_dir, out) + extra) == 2
+    assert needle in _one_line_error(capsys)
+    assert not out.exists()
+
+
+def test_edit_on_seed_dir_scripts_without_constants_exits_2(tmp_path, tree, tiny_model_dir, capsys):
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    (seeds / "mean.py").write_text(MEAN_SOLUTION)  # no top-level NAME = literal line
+    out = tmp_path / "run"
+    args = _base_args(tree, tiny_model_dir, out) + ["--seed-dir", str(seeds), "--action", "edit"]
+    assert run_main(args) == 2
+    assert f"--action edit: --seed-dir {seeds} has no baseline script" in _one_line_error(capsys)
+    assert not out.exists()
+
+
 # -- seeds ---------------------------------------------------------------------------------------
 
 
@@ -207,6 +234,11 @@ def _tiny_run_args(tree, model: Path, out: Path) -> list[str]:
         "--workers",
         "1",
         "--no-progress",
+        # the tree's competition has no baselines: nothing to edit or fine-tune on
+        "--action",
+        "script",
+        "--sft-steps",
+        "0",
     ]
 
 

@@ -6,8 +6,9 @@
   buffer seeded with the competition's baseline solutions.
 * ``qwen3.5-4b-mlebench``: the paper's MLE-Bench settings (DESIGN.md section 7) with
   ``Qwen/Qwen3.5-4B`` on one GPU and the user's MLE-Bench data folder.
-* ``nanogpt-cpu``: the NanoGPT CPU stand-in (``rpg_llm.tasks.nanogpt``) with SmolLM2-135M-Instruct,
-  seeded with the task's baseline, timeout 300 s (the task's own), one attempt at a time.
+* ``nanogpt-cpu``: the NanoGPT CPU stand-in (``rpg_llm.tasks.nanogpt``) with the CPU default's
+  model, edit answers, SFT warm start and PPO settings; seeded with the task's baseline, timeout
+  300 s (the task's own), one attempt at a time, 3 PPO steps.
 * ``nanogpt-speedrun``: the NanoGPT speedrun task on the user's modded-nanogpt checkout
   (``--speedrun-dir``) and FineWeb shards (``--data-root``): eight GPUs, ``torchrun``, timeout
   1500 s, batch 64, 2 PPO epochs, the subprocess sandbox; seeded with the checkout's script.
@@ -110,25 +111,6 @@ PRESETS: dict[str, Preset] = {
             ),
         ),
         Preset(
-            "nanogpt-cpu",
-            "SmolLM2-135M on the NanoGPT CPU stand-in (torchrun, gloo; ~2-3 min per attempt on "
-            "2 cores)",
-            replace(
-                BASE,
-                task="nanogpt-cpu",
-                model="HuggingFaceTB/SmolLM2-135M-Instruct",
-                steps=3,
-                batch_size=2,
-                seed_buffer=True,
-                workers=1,  # one attempt already uses a core; delta is the reward's time
-                estimator_batches=1000,
-                sampling=replace(BASE.sampling, max_prompt_tokens=4096, max_new_tokens=1536),
-                # timeout = nanogpt.cpu_settings().timeout_s: invalid samples charged the task's
-                reward=replace(BASE.reward, method="rpg", timeout_s=300.0),
-                ppo=replace(BASE.ppo, micro_batch_size=1),
-            ),
-        ),
-        Preset(
             "nanogpt-speedrun",
             "NanoGPT speedrun (train_gpt.py under torchrun on 8 GPUs, target val loss 3.28; "
             "--speedrun-dir CHECKOUT --data-root FINEWEB)",
@@ -158,6 +140,32 @@ PRESETS: dict[str, Preset] = {
     ]
 }
 DEFAULT_PRESET = "cpu-default"
+
+
+def _nanogpt_cpu(cpu_default: LoopConfig) -> Preset:
+    """The NanoGPT CPU stand-in with the CPU default's model, answer format, SFT warm start and
+    PPO settings (so the two CPU presets differ only in the task): the stand-in's baseline
+    exposes its constants (layers, width, batch, steps, warm-up, learning rate) one per line."""
+    return Preset(
+        "nanogpt-cpu",
+        "SmolLM2-135M on the NanoGPT CPU stand-in (torchrun, gloo; ~1-2.5 min per attempt on 2 "
+        "cores), the CPU default's edit answers and SFT warm start, 3 PPO steps of B = 2",
+        replace(
+            cpu_default,
+            task="nanogpt-cpu",
+            steps=3,
+            workers=1,  # one attempt already uses a core; delta is the reward's time
+            # timeout = nanogpt.cpu_settings().timeout_s: invalid samples are charged the task's
+            reward=replace(cpu_default.reward, timeout_s=300.0),
+        ),
+    )
+
+
+PRESETS["nanogpt-cpu"] = _nanogpt_cpu(PRESETS["cpu-default"].config)
+PRESETS = {
+    name: PRESETS[name]
+    for name in ("cpu-default", "qwen3.5-4b-mlebench", "nanogpt-cpu", "nanogpt-speedrun")
+}
 
 
 def get_preset(name: str) -> Preset:

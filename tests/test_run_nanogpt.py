@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from rpg_llm import budget
+from rpg_llm.actions import editable_constants
 from rpg_llm.loop import backends as loop_backends
 from rpg_llm.loop.accounting import Accounts, RateTracker, nanogpt_rewards
 from rpg_llm.presets import get_preset
@@ -42,7 +43,14 @@ def test_nanogpt_cpu_preset_uses_the_tasks_timeout():
     assert cfg.task == "nanogpt-cpu" and cfg.task in nanogpt.TASK_IDS
     assert cfg.timeout_s == settings.timeout_s == 300.0
     assert cfg.workers == 1 and cfg.seed_buffer is True and cfg.method == "rpg"
-    assert cfg.sampling.max_prompt_tokens == 4096 and cfg.ppo.micro_batch_size == 1
+    # the CPU default's model, answer format, warm start, prompt sizes and PPO settings
+    cpu = get_preset("cpu-default").config
+    for name in ("model", "action", "sft_steps", "describe", "sampling", "ppo", "batch_size"):
+        assert getattr(cfg, name) == getattr(cpu, name), name
+    # the edit format has something to edit in the stand-in's baseline
+    constants = editable_constants(nanogpt.baseline_solutions("nanogpt-cpu")[0][1])
+    assert {"N_LAYER", "N_HEAD", "D_MODEL", "BATCH", "NUM_STEPS", "WARMUP", "LR"} <= set(constants)
+    assert (constants["NUM_STEPS"].value, constants["LR"].value) == (250, 3e-3)
 
 
 def test_nanogpt_speedrun_preset_settings():
@@ -304,8 +312,9 @@ def test_budget_curves_of_a_nanogpt_run_folder(tmp_path):
 
 @pytest.mark.slow
 def test_one_step_nanogpt_cpu_preset_run(tmp_path, tiny_model_dir):
-    """``--preset nanogpt-cpu`` (B = 2), 1 step: the seed is a real torchrun attempt of the
-    task's baseline; the tiny policy's responses hold no script (invalid, charged 300 s)."""
+    """``--preset nanogpt-cpu`` (B = 2), 1 step: the SFT warm start of the edit format, then the
+    seed is a real torchrun attempt of the task's baseline; the tiny policy's answers are
+    scored whatever they are (an invalid one is charged the whole 300 s)."""
     run = tmp_path / "run"
     args = ["--preset", "nanogpt-cpu", "--model", str(tiny_model_dir), "--steps", "1"]
     args += ["--max-new-tokens", "8", "--estimator-batches", "100", "--no-progress"]
@@ -335,7 +344,13 @@ def test_one_step_nanogpt_cpu_preset_run(tmp_path, tiny_model_dir):
     assert raw == pytest.approx(nanogpt.rpg_reward(L, True, target))  # from the stored score
     step1 = [r for r in rows if r[0] == 1]
     assert [r[1] for r in step1] == [0, 1]
-    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    # the preset's SFT warm start (the CPU default's edit format) logs one line per SFT step
+    sft = [m for m in lines if "sft_step" in m]
+    assert [m["sft_step"] for m in sft] == list(range(1, config["sft_steps"] + 1))
+    assert config["action"] == "edit" and config["sft_steps"] > 0
+    assert all(math.isfinite(m["sft/loss"]) and m["sft/loss"] > 0 for m in sft)
+    metrics = [m for m in lines if "sft_step" not in m]
     assert [m["step"] for m in metrics] == [1]
     rho = metrics[0]["rho_hat"]
     with open(run / "samples.csv") as fh:

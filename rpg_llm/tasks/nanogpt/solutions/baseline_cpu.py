@@ -16,9 +16,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 SEED = 0
-N_LAYER, N_HEAD, D_MODEL = 3, 4, 128
-BATCH, SEQ = 16, ngpt_data.SEQ_LEN
-NUM_STEPS, WARMUP, LR = 250, 25, 3e-3
+N_LAYER = 3
+N_HEAD = 4
+D_MODEL = 128
+BATCH = 16
+SEQ = ngpt_data.SEQ_LEN
+NUM_STEPS = 250
+WARMUP = 25
+LR = 3e-3
 
 
 class Block(nn.Module):

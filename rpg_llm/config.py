@@ -148,6 +148,9 @@ class LoopConfig:
             trainer is built afterwards, so its reference and critic start from the SFT weights.
         sft_lr, sft_batch_size, sft_examples: AdamW learning rate, pairs per SFT step, and the
             number of prompt -> answer pairs built from the task's baselines.
+        sft_seed: seed of the SFT pairs and batch order (None: ``seed``). Runs that differ only
+            in ``seed`` but share ``sft_seed`` start RL from bit-identical SFT weights, which
+            :mod:`rpg_llm.sft_cache` then computes once (``paper_figures.llm_table`` does this).
         sampling: :class:`SamplingConfig`; reward: :class:`RewardConfig` (the arm ``method`` and
             the timeout live there); ppo: :class:`PPOConfig`.
     """
@@ -227,6 +230,10 @@ class LoopConfig:
     sft_examples: int = field(
         default=64, metadata=flag(help="SFT pairs built from the task's baseline scripts")
     )
+    sft_seed: int | None = field(
+        default=None,
+        metadata=flag(help="seed of the SFT pairs and batches (default: --seed)"),
+    )
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -242,6 +249,7 @@ class LoopConfig:
         _int_at_least(self, "sft_steps", 0)
         _int_at_least(self, "sft_batch_size", 1, high=MAX_BATCH)
         _int_at_least(self, "sft_examples", 1)
+        _int_at_least(self, "sft_seed", 0, optional=True)
         if not (isinstance(self.sft_lr, int | float) and self.sft_lr > 0):
             raise ValueError(f"sft_lr must be > 0, got {self.sft_lr!r}")
         if not isinstance(self.describe, bool):

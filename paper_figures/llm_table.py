@@ -139,6 +139,7 @@ class TableSettings:
     model: str | None = None
     action: str | None = None
     sft_steps: int | None = None
+    sft_seed: int | None = 0
     run_args: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -361,6 +362,8 @@ def _settings_argv(s: TableSettings, spec: RunSpec) -> list[str]:
         argv += ["--action", s.action]
     if s.sft_steps is not None:
         argv += ["--sft-steps", str(s.sft_steps)]
+    if s.sft_seed is not None:
+        argv += ["--sft-seed", str(s.sft_seed)]
     return argv + list(s.run_args)
 
 
@@ -414,6 +417,8 @@ def _check_settings(s: TableSettings) -> None:
             raise UsageError(f"{name} must be >= {low}, got {v}")
     if s.sft_steps is not None and s.sft_steps < 0:
         raise UsageError(f"--sft-steps must be >= 0, got {s.sft_steps}")
+    if s.sft_seed is not None and s.sft_seed < 0:
+        raise UsageError(f"--sft-seed must be >= 0, got {s.sft_seed}")
     if s.action is not None and s.action not in ACTIONS:
         raise UsageError(f"--action must be one of {', '.join(ACTIONS)}, got {s.action!r}")
     for a in s.run_args:
@@ -584,7 +589,8 @@ def _markdown_document(s: TableSettings, rows: Sequence[TaskRow], avg: float, dr
         f"{s.batch_size}; max new tokens {s.max_new_tokens or 'preset'}; max prompt tokens "
         f"{s.max_prompt_tokens or 'preset'}; timeout "
         f"{s.timeout_s or 'preset'}; action {s.action or 'run default'}; sft steps "
-        f"{s.sft_steps if s.sft_steps is not None else 'run default'}; seeds "
+        f"{s.sft_steps if s.sft_steps is not None else 'run default'}; sft seed "
+        f"{s.sft_seed if s.sft_seed is not None else 'the run seed'}; seeds "
         f"{', '.join(map(str, s.seeds))}; extra run flags {' '.join(s.run_args) or 'none'}"
     )
     return (
@@ -628,6 +634,7 @@ def _settings_from_args(args) -> TableSettings:
         model=args.model,
         action=args.action,
         sft_steps=args.sft_steps,
+        sft_seed=args.sft_seed,
         run_args=tuple(shlex.split(args.run_args or "")),
     )
     if not s.tasks:
@@ -658,6 +665,13 @@ def _parser() -> ArgumentParser:
     p.add_argument("--model", default=None, help="Hugging Face id or local folder")
     p.add_argument("--action", default=None, help="script | edit (forwarded when given)")
     p.add_argument("--sft-steps", type=int, default=None, help="SFT warm-start steps (forwarded)")
+    p.add_argument(
+        "--sft-seed",
+        type=int,
+        default=0,
+        help="seed of the SFT warm start shared by every run of a task (default 0; the SFT "
+        "weights are then computed once per task, rpg_llm.sft_cache)",
+    )
     p.add_argument("--run-args", default=None, help="extra rpg_llm.run flags, one quoted string")
     p.add_argument("--points", type=int, default=200, help="budget grid of the figures")
     p.add_argument("--table-only", action="store_true", help="start no run; table from the runs")

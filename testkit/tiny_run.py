@@ -67,6 +67,7 @@ def run_module(
     env_extra: Mapping[str, str] | None = None,
     timeout: float = 900.0,
     python_args: Sequence[str] = ("-m",),
+    env_drop: Sequence[str] = (),
 ) -> subprocess.CompletedProcess:
     """Run ``python -m module args`` from the checkout with it first on ``PYTHONPATH``.
 
@@ -77,11 +78,14 @@ def run_module(
       timeout: wall-clock limit, seconds (``subprocess.TimeoutExpired`` past it).
       python_args: what precedes ``module`` on the interpreter's command line (default
         ``-m``; e.g. ``("-c", CODE)`` to run a launcher that reads the module from argv).
+      env_drop: environment variables to remove (before ``env_extra`` is added).
 
     Returns:
       The finished process, stdout and stderr captured as text.
     """
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
+    for key in env_drop:
+        env.pop(key, None)
     env.update(env_extra or {})
     cmd = [sys.executable, *python_args, module, *args]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)

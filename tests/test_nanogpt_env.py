@@ -175,7 +175,8 @@ def test_baseline_attempt_of_the_stand_in(tmp_path):
     assert t.settings == cpu_settings()  # the stand-in's own settings, not TEST_SETTINGS
     ((name, code),) = baseline_solutions("nanogpt-cpu")
     assert code.count(BASELINE_SCHEDULE) == 1, "the baseline's schedule line changed"
-    short = code.replace(BASELINE_SCHEDULE, BASELINE_SCHEDULE.replace("250", str(BASELINE_TEST_STEPS), 1))
+    shorter = BASELINE_SCHEDULE.replace("250", str(BASELINE_TEST_STEPS), 1)
+    short = code.replace(BASELINE_SCHEDULE, shorter)
     o = run_attempt(short, t, KIND)
     assert o.status == "ok", o.outcome_text
     assert f"{BASELINE_TEST_STEPS}/{BASELINE_TEST_STEPS} steps" in o.outcome_text

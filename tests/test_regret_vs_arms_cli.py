@@ -119,14 +119,15 @@ def test_progress_wrapper_keeps_trajectories_and_ticks_every_k_decisions():
     params = make_trial_params("E4", 5, 4, seeds)
     agent, hyper, _ = make_agent("npg-niw", 4, 6, {"lr": 1.0, "age_bound": 60})
     plain = simulate(agent, hyper, params, seeds, n)
+    counted = _progress.with_progress(agent, 30)  # one object: both runs share one compilation
     seen = []
     _progress._SINKS.append(seen.append)
     try:
-        wrapped = simulate(_progress.with_progress(agent, 30), hyper, params, seeds, n)
+        wrapped = simulate(counted, hyper, params, seeds, n)
     finally:
         _progress._SINKS.remove(seen.append)
     with _progress.progress_bar(n, "test", disable=True) as done:
-        simulate(_progress.with_progress(agent, 30), hyper, params, seeds, n)
+        simulate(counted, hyper, params, seeds, n)
     assert done() == n and _progress._SINKS == []
     np.testing.assert_array_equal(plain.regret_curve, wrapped.regret_curve)
     np.testing.assert_array_equal(plain.pseudo_regret, wrapped.pseudo_regret)

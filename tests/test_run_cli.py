@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import fixtures_llm
 import pytest
 
 from rpg_llm.run import main
+from testkit.tiny_run import run_module, tiny_run_args
 
 # fixtures (pytest finds them by name in this module)
 tiny_model_dir = fixtures_llm.tiny_model_dir
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _one_line_error(capsys) -> str:
@@ -86,16 +81,12 @@ def test_unknown_preset_exits_2(capsys):
     assert "gpt-17" in _one_line_error(capsys)
 
 
-def _run_cli(args, env_extra=None, timeout=900):
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", **(env_extra or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "rpg_llm.run", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def _run_cli(args, env_extra=None):
+    return run_module("rpg_llm.run", args, env_extra)
+
+
+# no seed buffer; the cpu-default's edit format with a short SFT warm start (re-run on resume)
+UNSEEDED_SHORT_SFT = ("--no-seed-buffer", "--sft-steps", "2")
 
 
 def _samples(run):
@@ -117,29 +108,8 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
     kill_at,
 ):
     run = tmp_path / "run"
-    args = [
-        "--model",
-        str(tiny_model_dir),
-        "--steps",
-        "3",
-        "--batch-size",
-        "2",
-        "--no-seed-buffer",
-        "--sft-steps",
-        "2",  # the cpu-default's edit format with a short SFT warm start (re-run on resume)
-        "--checkpoint-every",
-        str(every),
-        "--max-new-tokens",
-        "8",
-        "--max-prompt-tokens",
-        "768",
-        "--sandbox",
-        "subprocess",
-        "--no-progress",
-        "--no-plot",
-        "--out",
-        str(run),
-    ]
+    extra = [*UNSEEDED_SHORT_SFT, "--checkpoint-every", str(every)]
+    args = tiny_run_args(tiny_model_dir, run, steps=3, extra=extra)
     killed = _run_cli(args, {"RPG_KILL_AT": kill_at})
     assert killed.returncode == -9, killed.stderr[-2000:]
     before = _samples(run)
@@ -173,38 +143,10 @@ def test_two_processes_share_generation_and_training(tmp_path, tiny_model_dir):
     """torchrun with 2 CPU processes (accelerate MULTI_CPU, gloo): rows split across processes,
     one writer for the run folder, every sample stored once."""
     run = tmp_path / "run"
-    args = [
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "rpg_llm.run",
-        "--model",
-        str(tiny_model_dir),
-        "--steps",
-        "2",
-        "--batch-size",
-        "2",
-        "--no-seed-buffer",
-        "--sft-steps",
-        "2",
-        "--max-new-tokens",
-        "8",
-        "--max-prompt-tokens",
-        "768",
-        "--sandbox",
-        "subprocess",
-        "--no-progress",
-        "--no-plot",
-        "--checkpoint-every",
-        "1",
-        "--out",
-        str(run),
-    ]
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
-    torchrun = [sys.executable, "-m", "torch.distributed.run"]
-    out = subprocess.run(
-        torchrun + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900
-    )
+    extra = [*UNSEEDED_SHORT_SFT, "--checkpoint-every", "1"]
+    args = ["--nproc_per_node", "2", "-m", "rpg_llm.run"]
+    args += tiny_run_args(tiny_model_dir, run, steps=2, extra=extra)
+    out = run_module("torch.distributed.run", args)
     assert out.returncode == 0, out.stderr[-3000:]
     assert sorted((s, r) for _, s, r in _samples(run)) == [(1, 0), (1, 1), (2, 0), (2, 1)]
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

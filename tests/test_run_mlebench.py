@@ -8,10 +8,8 @@ None``), whatever is installed.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,10 +26,9 @@ from testkit.mlebench_tree import (
     build_mlebench_tree,
     mean_solution_mae,
 )
+from testkit.tiny_run import run_module, tiny_run_args
 
 tiny_model_dir = fixtures_llm.tiny_model_dir
-
-REPO = Path(__file__).resolve().parents[1]
 
 NO_MLEBENCH = (
     "import sys; sys.modules['mlebench'] = None; import importlib; "
@@ -39,17 +36,9 @@ NO_MLEBENCH = (
 )
 
 
-def _env(**extra: str) -> dict:
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
-    env.pop("RPG_MLEBENCH_DIR", None)
-    env.update(extra)
-    return env
-
-
 def _run(module: str, args: list[str], **env: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-c", NO_MLEBENCH, module, *args]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, env=_env(**env), cwd=REPO, timeout=900
+    return run_module(
+        module, args, env, python_args=("-c", NO_MLEBENCH), env_drop=("RPG_MLEBENCH_DIR",)
     )
 
 
@@ -115,19 +104,14 @@ def _one_line_error(capsys) -> str:
     return err
 
 
+def _tree_args(tree) -> list[str]:
+    """The flags that point a run at the tree's competition."""
+    paths = ["--data-root", str(tree.data_root), "--mlebench-dir", str(tree.tree)]
+    return ["--task", tree.comp_id, *paths]
+
+
 def _base_args(tree, model: Path, out: Path) -> list[str]:
-    return [
-        "--model",
-        str(model),
-        "--task",
-        tree.comp_id,
-        "--data-root",
-        str(tree.data_root),
-        "--mlebench-dir",
-        str(tree.tree),
-        "--out",
-        str(out),
-    ]
+    return ["--model", str(model), *_tree_args(tree), "--out", str(out)]
 
 
 def test_run_bad_seed_dir_exits_2_without_a_folder(tmp_path, tree, tiny_model_dir, capsys):
@@ -218,28 +202,11 @@ def test_seed_solutions_follow_seed_dir_else_the_tasks_baselines(tmp_path):
 
 
 def _tiny_run_args(tree, model: Path, out: Path) -> list[str]:
-    return _base_args(tree, model, out) + [
-        "--steps",
-        "1",
-        "--batch-size",
-        "1",
-        "--max-new-tokens",
-        "8",
-        "--max-prompt-tokens",
-        "768",
-        "--estimator-batches",
-        "50",
-        "--sandbox",
-        "subprocess",
-        "--workers",
-        "1",
-        "--no-progress",
-        # the tree's competition has no baselines: nothing to edit or fine-tune on
-        "--action",
-        "script",
-        "--sft-steps",
-        "0",
-    ]
+    extra = _tree_args(tree)
+    extra += ["--estimator-batches", "50", "--workers", "1"]
+    # the tree's competition has no baselines: nothing to edit or fine-tune on
+    extra += ["--action", "script", "--sft-steps", "0"]
+    return tiny_run_args(model, out, batch_size=1, extra=extra)
 
 
 def _samples(run: Path) -> list[tuple]:

@@ -140,13 +140,18 @@ def _run_sub(code, **env):
     return out.stdout
 
 
+@pytest.fixture(scope="module")
+def threefry_run():
+    """The script's output under the default PRNG (one subprocess shared by both impls)."""
+    return _run_sub(_PRNG_SCRIPT.format(impl="threefry2x32"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
-def test_seed_trajectory_independent_of_lane_under_rbg(impl):
+def test_seed_trajectory_independent_of_lane_under_rbg(impl, threefry_run):
     """Under JAX_DEFAULT_PRNG_IMPL=rbg / unsafe_rbg every lane equals its unbatched run."""
     out = _run_sub(_PRNG_SCRIPT.format(impl=impl), JAX_DEFAULT_PRNG_IMPL=impl)
-    default = _run_sub(_PRNG_SCRIPT.format(impl="threefry2x32"))
-    assert out.split("OK")[1] == default.split("OK")[1]  # same numbers as the default impl
+    assert out.split("OK")[1] == threefry_run.split("OK")[1]  # same numbers as the default impl
 
 
 _X64_SCRIPT = """

@@ -160,23 +160,22 @@ def _root() -> bool:
     return os.geteuid() == 0
 
 
-# The shipped baseline's schedule line; the test shortens it to BASELINE_TEST_STEPS.
-BASELINE_SCHEDULE = "NUM_STEPS, WARMUP, LR = 250, 25, 3e-3"
 BASELINE_TEST_STEPS = 50  # one val cadence: val lines at steps 0 and 50 (~7 s of training)
 
 
 def test_baseline_attempt_of_the_stand_in(tmp_path):
     """One real attempt of the CPU stand-in's baseline under the task's calibrated settings
-    (sequence, batch, val and held-out budgets, timeout), shortened from 250 to 50 steps: the
-    full run costs 40-110 s here and is the seed of ``test_one_step_nanogpt_cpu_preset_run``."""
+    (sequence, batch, val and held-out budgets, timeout), shortened from 250 to 50 steps by the
+    edit format (``NUM_STEPS = 50``): the full run costs 40-110 s here and is the seed of
+    ``test_one_step_nanogpt_cpu_preset_run``."""
+    from rpg_llm.actions import apply_edit, editable_constants
     from rpg_llm.tasks.nanogpt.task import baseline_solutions
 
     t = load_task("nanogpt-cpu", tmp_path)
     assert t.settings == cpu_settings()  # the stand-in's own settings, not TEST_SETTINGS
     ((name, code),) = baseline_solutions("nanogpt-cpu")
-    assert code.count(BASELINE_SCHEDULE) == 1, "the baseline's schedule line changed"
-    shorter = BASELINE_SCHEDULE.replace("250", str(BASELINE_TEST_STEPS), 1)
-    short = code.replace(BASELINE_SCHEDULE, shorter)
+    assert editable_constants(code)["NUM_STEPS"].value == 250, "the baseline's schedule changed"
+    short = apply_edit(code, {"NUM_STEPS": BASELINE_TEST_STEPS})
     o = run_attempt(short, t, KIND)
     assert o.status == "ok", o.outcome_text
     assert f"{BASELINE_TEST_STEPS}/{BASELINE_TEST_STEPS} steps" in o.outcome_text

@@ -73,6 +73,14 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------
 
 
+MAX_PPO_EPOCHS = 100
+"""Upper bound of ``PPOConfig.ppo_epochs`` (the paper: 1; speedrun preset: 2)."""
+MAX_BATCH_SIZE = 65536
+"""Upper bound of ``PPOConfig.micro_batch_size`` / ``mini_batch_size`` (samples)."""
+MAX_LORA_RANK = 4096
+"""Upper bound of ``PPOConfig.lora_rank``."""
+
+
 @dataclass(frozen=True)
 class PPOConfig:
     """PPO hyper-parameters. Defaults are the paper's settings (DESIGN.md section 7).
@@ -97,6 +105,12 @@ class PPOConfig:
         lora_rank: 0 for full fine-tuning, else LoRA rank (peft) for actor and critic.
         lora_alpha: LoRA scaling numerator.
         gradient_checkpointing: trade compute for memory in the backbones.
+
+    Raises:
+        ValueError: a value out of range, naming the field and the value (the integer fields
+            ``ppo_epochs`` <= :data:`MAX_PPO_EPOCHS`, ``micro_batch_size`` /
+            ``mini_batch_size`` <= :data:`MAX_BATCH_SIZE`, ``lora_rank`` <=
+            :data:`MAX_LORA_RANK`; bools and floats are refused).
     """
 
     kl_coef: float = 0.001
@@ -127,15 +141,21 @@ class PPOConfig:
                 raise ValueError(f"PPOConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.lam <= 1.0):
             raise ValueError(f"gamma and lam must lie in [0, 1], got {self.gamma}, {self.lam}")
-        if self.ppo_epochs < 1 or self.micro_batch_size < 1:
-            raise ValueError(
-                f"ppo_epochs and micro_batch_size must be >= 1, got "
-                f"{self.ppo_epochs}, {self.micro_batch_size}"
-            )
-        if self.mini_batch_size is not None and self.mini_batch_size < 1:
-            raise ValueError(f"mini_batch_size must be >= 1 or None, got {self.mini_batch_size}")
-        if self.lora_rank < 0:
-            raise ValueError(f"lora_rank must be >= 0, got {self.lora_rank}")
+        for name, high in (
+            ("ppo_epochs", MAX_PPO_EPOCHS),
+            ("micro_batch_size", MAX_BATCH_SIZE),
+            ("mini_batch_size", MAX_BATCH_SIZE),
+            ("lora_rank", MAX_LORA_RANK),
+        ):
+            value = getattr(self, name)
+            if name == "mini_batch_size" and value is None:
+                continue
+            low = 0 if name == "lora_rank" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(
+                    f"PPOConfig.{name} must be an int in [{low}, {high}]"
+                    f"{' or None' if name == 'mini_batch_size' else ''}, got {value!r}"
+                )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -755,15 +775,43 @@ class PPOTrainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
 
+    def trainable_state(self) -> dict[str, dict[str, torch.Tensor]]:
+        """The trained parameters of actor and critic, by parameter name (CPU tensors).
+
+        Full fine-tuning: the complete state dicts (as before). LoRA: only the parameters with
+        ``requires_grad`` -- the adapters of actor and critic and the value head -- so that a
+        checkpoint holds no base weight; the base (the SFT weights) is rebuilt by the run.
+        """
+        acc = self.accelerator
+        if not self.lora:
+            return {
+                "actor": acc.get_state_dict(self.actor),
+                "critic": acc.get_state_dict(self.critic),
+            }
+        return {
+            name: {
+                n: p.detach().to("cpu").clone()
+                for n, p in acc.unwrap_model(model).named_parameters()
+                if p.requires_grad
+            }
+            for name, model in (("actor", self.actor), ("critic", self.critic))
+        }
+
     def save(self, folder: Path) -> None:
-        """Write actor, critic and optimiser states to ``folder`` (atomic: tmp dir, then rename)."""
+        """Write the trained parameters and their optimiser states to ``folder``.
+
+        Full fine-tuning: actor, critic and both AdamW states. LoRA: only the adapters and the
+        value head (:meth:`trainable_state`) and their AdamW states (the optimisers hold only
+        those). Plus the update counter, the config and the temperature. Atomic: a temporary
+        folder, then a rename.
+        """
         folder = Path(folder)
         tmp = folder.with_name(folder.name + ".tmp")
         tmp.mkdir(parents=True, exist_ok=True)
         acc = self.accelerator
         state = {
-            "actor": acc.get_state_dict(self.actor),
-            "critic": acc.get_state_dict(self.critic),
+            **self.trainable_state(),
+            "lora": self.lora,
             "actor_opt": self.actor_opt.state_dict(),
             "critic_opt": self.critic_opt.state_dict(),
             "num_updates": self.num_updates,
@@ -778,13 +826,44 @@ class PPOTrainer:
         acc.wait_for_everyone()
 
     def load(self, folder: Path) -> None:
-        """Restore the state written by :meth:`save`. Raises FileNotFoundError if missing."""
+        """Restore the state written by :meth:`save` onto this trainer.
+
+        With LoRA the trainer must be built on the same base weights as the saved one (the run
+        rebuilds them from the stored SFT weights); only adapters, value head, optimiser states
+        and the counter are read.
+
+        Raises:
+            FileNotFoundError: no checkpoint in ``folder``.
+            ValueError: a LoRA checkpoint loaded into a full fine-tuning trainer or the reverse,
+                or parameter names that differ from this trainer's.
+        """
         path = Path(folder) / "trainer.pt"
         if not path.exists():
             raise FileNotFoundError(f"no checkpoint at {path}")
         state = torch.load(path, map_location="cpu", weights_only=False)
-        self.accelerator.unwrap_model(self.actor).load_state_dict(state["actor"])
-        self.accelerator.unwrap_model(self.critic).load_state_dict(state["critic"])
+        saved_lora = bool(state.get("lora", False))
+        if saved_lora != self.lora:
+            raise ValueError(
+                f"checkpoint {path} is {'LoRA' if saved_lora else 'full fine-tuning'} but this "
+                f"trainer is {'LoRA' if self.lora else 'full fine-tuning'} "
+                f"(lora_rank {self.config.lora_rank})"
+            )
+        for name, model in (("actor", self.actor), ("critic", self.critic)):
+            model = self.accelerator.unwrap_model(model)
+            if not self.lora:
+                model.load_state_dict(state[name])
+                continue
+            params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+            if set(params) != set(state[name]):
+                extra = sorted(set(state[name]) - set(params))[:3]
+                lacking = sorted(set(params) - set(state[name]))[:3]
+                raise ValueError(
+                    f"checkpoint {path}: {name} parameters differ from this trainer's "
+                    f"(unexpected {extra}, missing {lacking}); same lora_rank and model needed"
+                )
+            with torch.no_grad():
+                for n, p in params.items():
+                    p.copy_(state[name][n])
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.num_updates = int(state["num_updates"])

@@ -79,7 +79,16 @@ PRESETS: dict[str, Preset] = {
                 sft_steps=8,  # 8 steps: 0/16 -> 16/16 answers in the edit format (notes/learn.md)
                 sampling=replace(BASE.sampling, max_prompt_tokens=352, max_new_tokens=64),
                 reward=replace(BASE.reward, method="rpg", timeout_s=60.0),
-                ppo=replace(BASE.ppo, micro_batch_size=1),
+                # LoRA (issue 11 item 7): no reference copy, optimiser states and checkpoints
+                # of the adapters only; the learning rates are LoRA-sized (notes/lean.md)
+                ppo=replace(
+                    BASE.ppo,
+                    micro_batch_size=1,
+                    lora_rank=16,
+                    lora_alpha=32.0,
+                    actor_lr=2e-5,
+                    critic_lr=1e-4,
+                ),
             ),
         ),
         Preset(

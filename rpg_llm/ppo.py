@@ -65,6 +65,7 @@ __all__ = [
     "gae",
     "policy_loss",
     "value_loss",
+    "release_host_memory",
 ]
 
 
@@ -523,13 +524,19 @@ def _response_logits(model: nn.Module, batch: PPOBatch, temperature: float) -> t
     """
     Q, R = batch.query_ids.shape[1], batch.response_ids.shape[1]
     mask = batch.attention_mask
+    # only the last R + 1 positions go through the vocabulary projection (``logits_to_keep``):
+    # the query's logits are never formed; position Q - 1 + t predicts response token t
     out = model(
         input_ids=batch.input_ids,
         attention_mask=mask,
         position_ids=_position_ids(mask),
         use_cache=False,
+        logits_to_keep=R + 1,
     )
-    return _at_least_float32(out.logits[:, Q - 1 : Q - 1 + R]) / temperature
+    logits = out.logits[:, :R]
+    if logits.shape[1] != R or Q < 1:
+        raise ValueError(f"expected logits for {R} response positions, got {tuple(logits.shape)}")
+    return _at_least_float32(logits) / temperature
 
 
 @contextlib.contextmanager
@@ -756,6 +763,10 @@ class PPOTrainer:
                     stats.setdefault("actor_grad_norm", []).append(float(gn_a))
                     stats.setdefault("critic_grad_norm", []).append(float(gn_c))
         self.num_updates += 1
+        self.actor_opt.zero_grad(set_to_none=True)  # gradients are not needed between steps
+        self.critic_opt.zero_grad(set_to_none=True)
+        if device.type == "cpu":
+            release_host_memory()
         # Micro-batch values are partial sums (normalised by the mini-batch token count): add
         # within a mini-batch, average across mini-batches.
         n_mini = cfg.ppo_epochs * math.ceil(B / mini)
@@ -867,6 +878,29 @@ class PPOTrainer:
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.num_updates = int(state["num_updates"])
+
+
+def release_host_memory() -> bool:
+    """Collect garbage and hand freed heap memory back to the OS (glibc ``malloc_trim(0)``).
+
+    CPU tensors are malloc'ed; glibc keeps freed blocks in its heap (and raises its mmap
+    threshold after large frees, so later large tensors come from that heap too), so a process
+    that trained once holds its peak as resident memory. Measured here on SmolLM2-135M: the
+    resident set after one full-weight SFT step went from 2.41 GB to 0.99 GB, after one LoRA PPO
+    step from 3.48 GB to 1.72 GB (notes/lean.md). Returns whether ``malloc_trim`` was called
+    (False off glibc).
+    """
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True
 
 
 def _fields(batch: PPOBatch) -> tuple[torch.Tensor, ...]:

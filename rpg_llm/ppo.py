@@ -66,6 +66,7 @@ __all__ = [
     "policy_loss",
     "value_loss",
     "release_host_memory",
+    "return_large_frees_to_os",
 ]
 
 
@@ -901,6 +902,36 @@ def release_host_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+MMAP_THRESHOLD = 1 << 20
+"""Bytes from which :func:`return_large_frees_to_os` has glibc serve an allocation by mmap."""
+
+
+def return_large_frees_to_os(threshold: int = MMAP_THRESHOLD) -> bool:
+    """Have glibc serve every allocation of ``threshold`` bytes or more by its own mmap.
+
+    glibc's default raises its mmap threshold (up to 32 MB) after the first large frees, so the
+    activations, logits and gradients of later steps come from the heap, which fragments as
+    sequence lengths change between steps and keeps the freed pages resident: the CPU default's
+    SFT climbed from 3.5 GB to 6 GB resident over three steps here. A fixed threshold
+    (``mallopt(M_MMAP_THRESHOLD)``, which also turns the dynamic adjustment off) unmaps each
+    large tensor when it is freed. Call it once, early, in a process that trains on a CPU.
+    Returns whether ``mallopt`` accepted it (False off glibc).
+
+    Raises:
+        ValueError: ``threshold`` not a positive int.
+    """
+    import ctypes
+
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
+        raise ValueError(f"threshold must be a positive int (bytes), got {threshold!r}")
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    m_mmap_threshold = -3  # glibc malloc.h
+    return bool(mallopt(m_mmap_threshold, threshold))
 
 
 def _fields(batch: PPOBatch) -> tuple[torch.Tensor, ...]:

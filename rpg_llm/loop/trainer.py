@@ -118,8 +118,10 @@ class Trainer:
 
     def _load_policy(self, resume: bool) -> None:
         from rpg_llm.policy import load_policy
-        from rpg_llm.ppo import PPOTrainer
+        from rpg_llm.ppo import PPOTrainer, return_large_frees_to_os
 
+        if (self.cfg.device or str(self.dist.acc.device)).startswith("cpu"):
+            return_large_frees_to_os()  # peak RSS: freed tensors leave the process
         t0 = time.perf_counter()
         self.policy = load_policy(self.cfg.model, device=self.cfg.device or self.dist.acc.device)
         if self.policy.device.type == "cpu" and self.cfg.cpu_threads:

@@ -4,6 +4,7 @@ and the SFT answer loss with ``logits_to_keep`` equal the full-logit computation
 from __future__ import annotations
 
 import fixtures_llm
+import pytest
 import torch
 
 from rpg_llm.ppo import PPOBatch, _position_ids, _response_logits
@@ -66,3 +67,31 @@ def test_sft_loss_equals_the_full_logit_cross_entropy(tiny_policy):
     )
     g_ref = torch.autograd.grad(ref, [model.lm_head.weight])[0]
     torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-6)
+
+
+def test_sft_micro_batches_accumulate_the_full_batch_gradient(tiny_policy):
+    from rpg_llm.sft import accumulate_answer_gradient
+
+    tok = tiny_policy.tokenizer
+    examples = [
+        SFTExample("Improve the script: C = 1.0", "```python\nC = 3.0\n```"),
+        SFTExample("short", "```python\nMAX_FEATURES = 5000\nC = 0.1\n```"),
+        SFTExample("a somewhat longer prompt with more words in it", "C = 2"),
+    ]
+    rows = [tokenize_example(tok, ex) for ex in examples]
+    model = tiny_policy.model.eval()
+    params = [p for p in model.parameters() if p.requires_grad]
+    results = []
+    for micro in (1, 2, 3):
+        model.zero_grad(set_to_none=True)
+        loss = accumulate_answer_gradient(model, rows, tok.pad_token_id, torch.device("cpu"), micro)
+        results.append((loss, [p.grad.clone() for p in params]))
+    model.zero_grad(set_to_none=True)
+    # the whole batch at once, computed by hand: mean over all answer tokens
+    ids, mask, labels = _collate(rows, tok.pad_token_id, torch.device("cpu"))
+    total, n = _loss_sum(model, ids, mask, labels)
+    assert results[2][0] == pytest.approx(float(total / n), rel=1e-6)
+    for loss, grads in results[:2]:
+        assert loss == pytest.approx(results[2][0], rel=1e-6)
+        for g, g_ref in zip(grads, results[2][1], strict=True):
+            torch.testing.assert_close(g, g_ref, rtol=1e-4, atol=1e-6)

@@ -1,9 +1,10 @@
 """Named settings for ``python -m rpg_llm.run --preset NAME``, and the resources each needs.
 
 * ``cpu-default`` (what ``python -m rpg_llm.run`` runs with no arguments): SmolLM2-135M-Instruct,
-  the offline text competition, the edit answer format with an 8-step SFT warm start, prompts
-  without the description (~350 tokens), answers up to 64 tokens, 10 PPO steps of B = 2, RPG arm,
-  buffer seeded with the competition's baseline solutions.
+  the offline text competition, the edit answer format with an 8-step (full-weight) SFT warm
+  start, prompts without the description (~350 tokens), answers up to 64 tokens, 10 PPO steps of
+  B = 2 with LoRA (rank 16, alpha 32) on actor and critic, a checkpoint after every step, RPG
+  arm, buffer seeded with the competition's baseline solutions.
 * ``qwen3.5-4b-mlebench``: the paper's MLE-Bench settings (DESIGN.md section 7) with
   ``Qwen/Qwen3.5-4B`` on one GPU and the user's MLE-Bench data folder.
 * ``nanogpt-cpu``: the NanoGPT CPU stand-in (``rpg_llm.tasks.nanogpt``) with the CPU default's
@@ -61,9 +62,9 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "cpu-default",
             "SmolLM2-135M on the offline text competition (bbc-news-logloss), RPG, seeded "
-            "buffer, edit answers, 8 SFT steps, 10 PPO steps of B = 2; measured: 35 min wall on "
-            "the shared 2-core machine at load ~7 (12 min of CPU time), peak RSS 6.8 GB, run "
-            "folder 3.1 GB",
+            "buffer, edit answers, 8 SFT steps, 10 PPO steps of B = 2 with LoRA r16; measured "
+            "(--steps 2, shared 2-core machine, load ~1.5): SFT 133 s, ~32 s per step, peak RSS "
+            "3.7 GB, run folder 627 MB",
             replace(
                 BASE,
                 task="text",
@@ -80,7 +81,16 @@ PRESETS: dict[str, Preset] = {
                 sft_steps=8,  # 8 steps: 0/16 -> 16/16 answers in the edit format (notes/learn.md)
                 sampling=replace(BASE.sampling, max_prompt_tokens=352, max_new_tokens=64),
                 reward=replace(BASE.reward, method="rpg", timeout_s=60.0),
-                ppo=replace(BASE.ppo, micro_batch_size=1),
+                # LoRA (issue 11 item 7): no reference copy, optimiser states and checkpoints
+                # of the adapters only; the learning rates are LoRA-sized (notes/lean.md)
+                ppo=replace(
+                    BASE.ppo,
+                    micro_batch_size=1,
+                    lora_rank=16,
+                    lora_alpha=32.0,
+                    actor_lr=2e-5,
+                    critic_lr=1e-4,
+                ),
             ),
         ),
         Preset(

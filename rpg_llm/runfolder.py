@@ -7,7 +7,10 @@ Layout::
       buffer.sqlite          every sample, durably (rpg_llm.buffer.SampleBuffer, SQLite WAL)
       metrics.jsonl          one JSON line per finished step
       tb/                    TensorBoard event files
-      checkpoints/step_N/    trainer state (actor, critic, optimisers) after step N
+      sft.json               SFT warm start: losses and SHA-256 of the fine-tuned weights
+      sft_weights.safetensors  the fine-tuned weights (written once; a resume loads them)
+      checkpoints/step_N/    trainer state after step N: what is trained and its optimiser
+                             states (LoRA: adapters + value head only; else actor + critic)
       rollouts/step_N.pt     generated responses of step N, written before execution
       logs/run.log           the log
       samples.csv            one line per sample (step, row, parent, status, score, rewards, ...)
@@ -77,6 +80,11 @@ class RunFolder:
     @property
     def tb_dir(self) -> Path:
         return self.root / "tb"
+
+    @property
+    def sft_weights_path(self) -> Path:
+        """The SFT-fine-tuned policy weights (safetensors), written once after the SFT."""
+        return self.root / "sft_weights.safetensors"
 
     @property
     def checkpoint_dir(self) -> Path:

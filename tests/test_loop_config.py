@@ -177,7 +177,9 @@ def test_presets_are_typed_replacements_with_the_old_values():
     assert (cpu.batch_size, cpu.steps, cpu.keep_checkpoints, cpu.timeout_s) == (2, 10, 1, 60.0)
     assert (cpu.sampling.max_prompt_tokens, cpu.sampling.max_new_tokens) == (352, 64)
     assert (cpu.action, cpu.sft_steps, cpu.describe) == ("edit", 8, False)
-    assert cpu.ppo == PPOConfig(micro_batch_size=1)
+    assert cpu.ppo == PPOConfig(
+        micro_batch_size=1, lora_rank=16, lora_alpha=32.0, actor_lr=2e-5, critic_lr=1e-4
+    )  # issue 11 item 7: LoRA on the CPU default (notes/lean.md)
     mle = PRESETS["qwen3.5-4b-mlebench"].config
     assert (mle.batch_size, mle.timeout_s, mle.sampling.gen_batch_size) == (128, 600.0, 32)
     assert mle.ppo == PPOConfig(micro_batch_size=4, mini_batch_size=32, gradient_checkpointing=True)

@@ -182,8 +182,18 @@ def test_micro_batch_accumulation_equals_full_batch_gradient(tiny_model_dir):
         from rpg_llm.policy import load_policy
 
         pol = load_policy(str(tiny_model_dir), device="cpu")
+        seen = []  # the accumulated gradients at the optimiser step (step() drops them after)
+        real_step = trainer.actor_opt.step
+
+        def spy(*a, _seen=seen, _real=real_step, _t=trainer, **kw):
+            _seen.append([p.grad.clone() for p in _t.policy.parameters() if p.grad is not None])
+            return _real(*a, **kw)
+
+        trainer.actor_opt.step = spy
         trainer.step(_batch(pol, [1.0, -0.5]))
-        grads.append([p.grad.clone() for p in trainer.policy.parameters() if p.grad is not None])
+        assert len(seen) == 1
+        assert all(p.grad is None for p in trainer.policy.parameters())
+        grads.append(seen[0])
     assert len(grads[0]) == len(grads[1]) > 0
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)

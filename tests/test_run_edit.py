@@ -266,7 +266,19 @@ def test_sft_warm_start_through_the_cli_and_resume_keeps_the_sft_reference(
     # resume: the reference is the fine-tuned model again, not the pretrained one
     trainer = Trainer(replace(cfg, steps=2), run, resume=True, progress=False)
     try:
-        assert weights_digest(trainer.ppo.ref) == sft["weights_sha256"]
+        if trainer.ppo.ref is not None:  # full fine-tuning: the frozen copy
+            assert weights_digest(trainer.ppo.ref) == sft["weights_sha256"]
+        else:  # LoRA (the cpu-default): the actor with its adapters disabled, on the SFT weights
+            import torch
+            from safetensors.torch import load_model
+
+            sft_model = load_policy(str(tiny_model_dir), device="cpu").model.eval()
+            load_model(sft_model, str(run / "sft_weights.safetensors"))
+            assert weights_digest(sft_model) == sft["weights_sha256"]
+            ids = torch.tensor([[5, 6, 7, 8, 9]])
+            with torch.no_grad(), trainer.ppo.policy.disable_adapter():
+                ref = trainer.ppo.policy(input_ids=ids).logits
+            torch.testing.assert_close(ref, sft_model(input_ids=ids).logits, rtol=0, atol=0)
         assert trainer.start_step == 2
     finally:
         trainer.close()

@@ -118,8 +118,10 @@ class Trainer:
 
     def _load_policy(self, resume: bool) -> None:
         from rpg_llm.policy import load_policy
-        from rpg_llm.ppo import PPOTrainer
+        from rpg_llm.ppo import PPOTrainer, return_large_frees_to_os
 
+        if (self.cfg.device or str(self.dist.acc.device)).startswith("cpu"):
+            return_large_frees_to_os()  # peak RSS: freed tensors leave the process
         t0 = time.perf_counter()
         self.policy = load_policy(self.cfg.model, device=self.cfg.device or self.dist.acc.device)
         if self.policy.device.type == "cpu" and self.cfg.cpu_threads:
@@ -146,20 +148,58 @@ class Trainer:
         """SFT warm start (``cfg.sft_steps`` steps; :mod:`rpg_llm.sft`) of the actor in place.
 
         Fresh run: the losses go to ``metrics.jsonl`` (lines with ``step`` 0 and ``sft_step``)
-        and TensorBoard (``sft/loss``), and ``sft.json`` records them with a SHA-256 of the
-        fine-tuned weights. Resume: the seeded SFT is run again (CPU-deterministic), so that the
-        PPO reference is the fine-tuned model again, and checked against ``sft.json``.
+        and TensorBoard (``sft/loss``); the fine-tuned weights are written once to
+        ``sft_weights.safetensors`` and ``sft.json`` records the losses with their SHA-256.
+        Resume: the stored weights are loaded instead of re-running the SFT (so the PPO
+        reference -- and with LoRA the frozen base -- is the fine-tuned model again) and their
+        SHA-256 checked against ``sft.json``. A run folder without the weights file (written
+        before they were kept) re-runs the seeded SFT (CPU-deterministic), checks it the same
+        way and then stores the weights.
 
         Raises:
-            RuntimeError: on resume, the re-run SFT weights differ from the stored hash.
+            RuntimeError: on resume, the loaded or re-run SFT weights differ from the stored
+                hash.
         """
         cfg = self.cfg
         if cfg.sft_steps == 0:
             return []
+        t0 = time.perf_counter()
+        path = self.folder.root / "sft.json"
+        stored = json.loads(path.read_text()) if resume and path.exists() else None
+        weights = self.folder.sft_weights_path
+        if stored is not None and weights.exists():
+            from safetensors.torch import load_model
+
+            load_model(self.policy.model, str(weights), strict=True)
+            self._check_sft_digest(stored, path, "loaded")
+            log.info("SFT weights loaded from %s in %.1f s", weights, time.perf_counter() - t0)
+            return list(stored.get("losses", []))
+        losses = self._run_sft(record=not resume)
+        if stored is not None:
+            self._check_sft_digest(stored, path, "re-run")
+        digest = weights_digest(self.policy.model)
+        if self.dist.main:
+            self._save_sft_weights()
+            if stored is None:
+                info = {"steps": cfg.sft_steps, "losses": losses, "weights_sha256": digest}
+                path.write_text(json.dumps(info, indent=1) + "\n")
+        self.dist.barrier()
+        log.info(
+            "SFT warm start: %d steps in %.1f s, loss %s",
+            cfg.sft_steps,
+            time.perf_counter() - t0,
+            " ".join(f"{x:.3f}" for x in losses),
+        )
+        return losses
+
+    def _run_sft(self, record: bool) -> list[float]:
+        """Build the SFT examples and fine-tune the actor in place; returns the losses."""
+        import gc
+
         from rpg_llm.loop.rollout import CHAT_TEMPLATE_ROOM
         from rpg_llm.sft import build_sft_examples, sft_warm_start
 
-        t0 = time.perf_counter()
+        cfg = self.cfg
         budget = cfg.sampling.max_prompt_tokens - CHAT_TEMPLATE_ROOM
         examples = build_sft_examples(
             self.prompt_description(),
@@ -171,7 +211,6 @@ class Trainer:
             max_prompt_tokens=budget,
             count_tokens=self._count_tokens,
         )
-        record = None if resume else self.recorder.record_sft
         losses = sft_warm_start(
             self.policy,
             examples,
@@ -181,27 +220,28 @@ class Trainer:
             seed=cfg.seed,
             max_prompt_tokens=cfg.sampling.max_prompt_tokens,
             cpu_threads=cfg.cpu_threads,
-            on_step=record,
+            on_step=self.recorder.record_sft if record else None,
         )
-        digest = weights_digest(self.policy.model)
-        path = self.folder.root / "sft.json"
-        if resume and path.exists():
-            stored = json.loads(path.read_text())
-            if stored.get("weights_sha256") != digest:
-                raise RuntimeError(
-                    f"the re-run SFT warm start gave other weights than {path} records "
-                    "(not deterministic here): the PPO reference would differ from the run's"
-                )
-        elif self.dist.main:
-            info = {"steps": cfg.sft_steps, "losses": losses, "weights_sha256": digest}
-            path.write_text(json.dumps(info, indent=1) + "\n")
-        log.info(
-            "SFT warm start: %d steps in %.1f s, loss %s",
-            cfg.sft_steps,
-            time.perf_counter() - t0,
-            " ".join(f"{x:.3f}" for x in losses),
-        )
+        gc.collect()  # the SFT optimiser states and graphs go before PPO allocates its own
         return losses
+
+    def _check_sft_digest(self, stored: dict[str, Any], path: Path, how: str) -> None:
+        digest = weights_digest(self.policy.model)
+        if stored.get("weights_sha256") != digest:
+            raise RuntimeError(
+                f"the {how} SFT warm start gave other weights than {path} records "
+                f"(sha256 {digest[:12]}... != {str(stored.get('weights_sha256'))[:12]}...): "
+                "the PPO reference would differ from the run's"
+            )
+
+    def _save_sft_weights(self) -> None:
+        """Write the fine-tuned weights to the run folder atomically (safetensors)."""
+        from safetensors.torch import save_model
+
+        weights = self.folder.sft_weights_path
+        tmp = weights.with_name(weights.name + ".tmp")
+        save_model(self.policy.model, str(tmp))
+        os.replace(tmp, weights)
 
     def _open_buffer(self) -> Any:
         capacity = self.cfg.buffer_capacity_factor * self.cfg.batch_size

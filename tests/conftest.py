@@ -1,8 +1,14 @@
-"""Shared test set-up: two CPU devices for sharding, float64, a persistent compilation cache."""
+"""Shared test set-up: two CPU devices for sharding, float64, a persistent compilation cache,
+a fresh SFT weights cache per test."""
 
 import os
+import tempfile
+
+import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# the SFT weights cache (rpg_llm.sft_cache): never the user's; a fresh one per test (below)
+os.environ["RPG_SFT_CACHE"] = tempfile.mkdtemp(prefix="rpg-test-sft-cache-")
 
 try:
     import jax
@@ -16,3 +22,10 @@ try:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 except ImportError:  # the torch-only install runs its own tests
     pass
+
+
+@pytest.fixture(autouse=True)
+def _fresh_sft_cache(tmp_path_factory, monkeypatch):
+    """Each test (and the runs it starts in subprocesses) gets an empty SFT weights cache, so
+    that no test sees another's SFT results (a cache hit skips the SFT)."""
+    monkeypatch.setenv("RPG_SFT_CACHE", str(tmp_path_factory.mktemp("sft-cache")))

@@ -73,3 +73,65 @@ def test_cache_off_and_bad_info(tmp_path, monkeypatch):
     assert sft_cache.cache_root() == tmp_path / "c"
     with pytest.raises(ValueError, match="weights_sha256"):
         sft_cache.store_entry("k", m, {"losses": []})
+
+
+# -- the trainer: runs that share the SFT inputs compute the SFT once --------------------------
+
+
+def test_runs_sharing_the_sft_seed_compute_the_sft_once(tmp_path, monkeypatch):
+    import rpg_llm.sft
+    from rpg_llm import tasks
+    from rpg_llm.loop import LoopConfig, SamplingConfig, Trainer, default_backends
+    from rpg_llm.ppo import PPOConfig
+    from rpg_llm.rewards import RewardConfig
+    from testkit.tiny_model import build_tiny_model
+
+    model_dir = build_tiny_model(tmp_path / "tiny")
+    calls = []
+    real = rpg_llm.sft.sft_warm_start
+
+    def spy(*args, **kw):
+        calls.append(kw.get("seed"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(rpg_llm.sft, "sft_warm_start", spy)
+    backends = default_backends()
+    backends.baseline_solutions = lambda comp_id: [
+        (n, c) for n, c in tasks.baseline_solutions("bbc-news-logloss") if n == "logreg_tfidf"
+    ]
+
+    def run(name, seed, sft_seed):
+        cfg = LoopConfig(
+            task="text",
+            model=str(model_dir),
+            steps=1,
+            batch_size=2,
+            workers=1,
+            sandbox="subprocess",
+            estimator_batches=100,
+            action="edit",
+            describe=False,
+            seed_buffer=False,
+            seed=seed,
+            sft_steps=2,
+            sft_examples=4,
+            sft_seed=sft_seed,
+            sampling=SamplingConfig(max_prompt_tokens=512, max_new_tokens=16),
+            reward=RewardConfig("rpg", timeout_s=60.0),
+            ppo=PPOConfig(micro_batch_size=2, lora_rank=4),
+        )
+        trainer = Trainer(cfg, tmp_path / name, backends=backends, progress=False)
+        trainer.close()
+        return json.loads((tmp_path / name / "sft.json").read_text())
+
+    a = run("a", seed=0, sft_seed=0)
+    b = run("b", seed=1, sft_seed=0)  # another run seed, the same SFT: loaded from the cache
+    assert calls == [0]
+    assert b["weights_sha256"] == a["weights_sha256"] and b["losses"] == a["losses"]
+    lines = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["sft/loss"] for m in lines if "sft_step" in m] == pytest.approx(a["losses"])
+    c = run("c", seed=1, sft_seed=None)  # the SFT seed is the run seed 1: computed
+    assert calls == [0, 1] and c["weights_sha256"] != a["weights_sha256"]
+    monkeypatch.setenv(sft_cache.CACHE_ENV, "off")
+    d = run("d", seed=2, sft_seed=0)  # no cache: computed again, bit-identical to a's
+    assert calls == [0, 1, 0] and d["weights_sha256"] == a["weights_sha256"]

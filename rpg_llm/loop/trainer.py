@@ -193,13 +193,20 @@ class Trainer:
         return losses
 
     def _run_sft(self, record: bool) -> list[float]:
-        """Build the SFT examples and fine-tune the actor in place; returns the losses."""
+        """Build the SFT examples and fine-tune the actor in place; returns the losses.
+
+        The result is memoised by :mod:`rpg_llm.sft_cache` (keyed by the starting weights, the
+        pairs and every SFT setting; bit-identical on a CPU), so runs that share them -- the
+        arms and seeds of ``paper_figures.llm_table`` at one ``--sft-seed`` -- compute it once.
+        """
         import gc
 
+        from rpg_llm import sft_cache
         from rpg_llm.loop.rollout import CHAT_TEMPLATE_ROOM
         from rpg_llm.sft import build_sft_examples, sft_warm_start
 
         cfg = self.cfg
+        seed = cfg.seed if cfg.sft_seed is None else cfg.sft_seed
         budget = cfg.sampling.max_prompt_tokens - CHAT_TEMPLATE_ROOM
         examples = build_sft_examples(
             self.prompt_description(),
@@ -207,22 +214,48 @@ class Trainer:
             cfg.action,
             cfg.timeout_s,
             n=cfg.sft_examples,
-            seed=cfg.seed,
+            seed=seed,
             max_prompt_tokens=budget,
             count_tokens=self._count_tokens,
         )
+        settings = {
+            "steps": cfg.sft_steps,
+            "batch_size": cfg.sft_batch_size,
+            "lr": cfg.sft_lr,
+            "seed": seed,
+            "max_prompt_tokens": cfg.sampling.max_prompt_tokens,
+            "cpu_threads": cfg.cpu_threads,
+            "device": str(self.policy.device),
+        }
+        # exact memoisation needs a deterministic SFT: one process on a CPU
+        use_cache = self.policy.device.type == "cpu" and self.dist.world == 1
+        key = sft_cache.sft_key(weights_digest(self.policy.model), examples, settings)
+        cached = sft_cache.load_entry(key, self.policy.model, weights_digest) if use_cache else None
+        if cached is not None:
+            losses = [float(x) for x in cached["losses"]]
+            if record:
+                for k, loss in enumerate(losses, start=1):
+                    self.recorder.record_sft(k, loss)
+            log.info("SFT warm start: %d steps loaded from the SFT cache (%s)", len(losses), key)
+            return losses
         losses = sft_warm_start(
             self.policy,
             examples,
             cfg.sft_steps,
             batch_size=cfg.sft_batch_size,
             lr=cfg.sft_lr,
-            seed=cfg.seed,
+            seed=seed,
             max_prompt_tokens=cfg.sampling.max_prompt_tokens,
             cpu_threads=cfg.cpu_threads,
             on_step=self.recorder.record_sft if record else None,
         )
         gc.collect()  # the SFT optimiser states and graphs go before PPO allocates its own
+        if use_cache:
+            info = {"losses": losses, "weights_sha256": weights_digest(self.policy.model)}
+            try:
+                sft_cache.store_entry(key, self.policy.model, {**info, "settings": settings})
+            except OSError as err:  # a full or read-only cache costs time, never the run
+                log.warning("SFT cache not written: %s", err)
         return losses
 
     def _check_sft_digest(self, stored: dict[str, Any], path: Path, how: str) -> None:

@@ -14,6 +14,10 @@ the whole grid compiles once. Lane ``p * S + s`` runs grid point ``p`` on trial 
 every grid point sees the same trials (common environments). The results file is rewritten
 atomically after every unit, so a killed run restarts at the first unfinished unit; a file
 written under another protocol (steps, trials, grids) is refused rather than mixed.
+``--points-per-call P`` scores a unit in slices of P grid points (same scores: a lane depends
+only on its trial and point) and stores each slice under ``"partial"`` as it finishes, so a unit
+longer than one sitting (a PG unit of the small setting is 1,500 runs of 30,000 decisions, 1-3 h
+on 2 CPU cores) can be finished across several.
 
 Grids (``--grid NAME=V1,V2`` overrides one, e.g. for a smoke run): see
 ``paper_figures/_protocol.py``. Source: the paper's bandit validation; protocol facts from
@@ -61,6 +65,13 @@ def _parser() -> ArgumentParser:
     )
     ap.add_argument("--out", default=None, help="results JSON (default paper_figures/tuned_*.json)")
     ap.add_argument(
+        "--points-per-call",
+        type=int,
+        default=0,
+        help="grid points per simulator call (0: the whole grid in one call); each call's scores "
+        "are stored at once, so a killed unit restarts at its first unscored point",
+    )
+    ap.add_argument(
         "--no-progress",
         action="store_true",
         help="no progress bar; the compiled code then goes into the persistent compilation cache",
@@ -92,6 +103,8 @@ def check_args(args) -> dict:
         raise UsageError(f"--agents {args.agents!r}: name distinct agents among {TUNABLE}")
     if args.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
+    if args.points_per_call < 0:
+        raise UsageError(f"--points-per-call must be >= 0, got {args.points_per_call}")
     if args.seeds < 1 or args.seed_start < 0:
         raise UsageError(
             f"--seeds must be >= 1 and --seed-start >= 0: {args.seeds}, {args.seed_start}"
@@ -138,6 +151,7 @@ def check_args(args) -> dict:
         "seeds": seeds,
         "out": out,
         "protocol": protocol,
+        "points_per_call": args.points_per_call,
     }
 
 
@@ -171,18 +185,44 @@ def _write_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def grid_points(grid: dict) -> list[dict]:
+    """The points of a grid ``{name: values}`` in grid order (the product, last name fastest)."""
+    return [dict(zip(grid, v, strict=True)) for v in itertools.product(*grid.values())]
+
+
+def select_best(entries: Sequence[dict]) -> tuple[int, float]:
+    """Index and value of the lowest ``median_regret`` (ties: the first in grid order)."""
+    med = [e["median_regret"] for e in entries]
+    best = min(range(len(med)), key=lambda i: (med[i], i))
+    return best, float(med[best])
+
+
 def tune_unit(
-    agent_name: str, cell: Cell, grid: dict, seeds: list[int], n_steps: int, progress: bool = True
+    agent_name: str,
+    cell: Cell,
+    grid: dict,
+    seeds: list[int],
+    n_steps: int,
+    progress: bool = True,
+    start: int = 0,
+    stop: int | None = None,
 ) -> dict:
-    """Run one agent's whole grid on one cell as one vmapped batch and score every point.
+    """Run one agent's grid points ``start:stop`` (default: the whole grid) on one cell as one
+    vmapped batch and score every point.
+
+    A lane's trajectory depends only on its trial and point (threefry seed keys, per-lane
+    hyper-parameters), so scoring the grid in slices gives the same scores as one call.
 
     Args:
-      grid: ``{hyper-parameter name: list of values}``; the points are their product.
+      grid: ``{hyper-parameter name: list of values}``; the points are their product
+        (:func:`grid_points`).
       seeds: the tuning trials (each point runs on all of them).
+      start, stop: the slice of :func:`grid_points` to run.
 
     Returns:
       ``{"best": point, "best_median_regret", "grid": [{"hyper", "median_regret",
-      "mean_regret", "se_regret"}], "lanes", "wall_s"}`` (regret = final ``R_n``).
+      "mean_regret", "se_regret"}], "lanes", "wall_s"}`` (regret = final ``R_n``; best over
+      the slice).
     """
     import jax
     import numpy as np
@@ -191,7 +231,9 @@ def tune_unit(
     from rpg_jax.envs import make_trial_params
     from rpg_jax.simulate import simulate, standard_error
 
-    points = [dict(zip(grid, v, strict=True)) for v in itertools.product(*grid.values())]
+    points = grid_points(grid)[start:stop]
+    if not points:
+        raise ValueError(f"no grid point in the slice {start}:{stop}")
     built = [build_agent(agent_name, cell, p) for p in points]
     n_s = len(seeds)
     hyper = jax.tree.map(
@@ -208,22 +250,65 @@ def tune_unit(
     wall = time.perf_counter() - t0
     final = res.regret.reshape(len(points), n_s)
     med = np.median(final, axis=1)
-    best = int(np.argmin(med))
+    entries = [
+        {
+            "hyper": b[2],
+            "median_regret": float(m),
+            "mean_regret": float(f.mean()),
+            "se_regret": standard_error(f),
+        }
+        for b, m, f in zip(built, med, final, strict=True)
+    ]
+    best, best_med = select_best(entries)
     return {
         "best": built[best][2],
-        "best_median_regret": float(med[best]),
-        "grid": [
-            {
-                "hyper": b[2],
-                "median_regret": float(m),
-                "mean_regret": float(f.mean()),
-                "se_regret": standard_error(f),
-            }
-            for b, m, f in zip(built, med, final, strict=True)
-        ],
+        "best_median_regret": best_med,
+        "grid": entries,
         "lanes": lanes,
         "wall_s": round(wall, 1),
     }
+
+
+def _tune_in_slices(name: str, cell: Cell, plan: dict, results: dict, progress: bool) -> dict:
+    """One unit, ``plan['points_per_call']`` points per call (0: all); every finished slice is
+    stored in ``results['partial']`` at once, and a restart continues after the last one."""
+    grid = plan["grids"][name]
+    n_points = len(grid_points(grid))
+    per_call = plan["points_per_call"] or n_points
+    partial = results.setdefault("partial", {}).setdefault(cell.key, {})
+    done = partial.get(name, {"grid": [], "lanes": 0, "wall_s": 0.0})
+    while len(done["grid"]) < n_points:
+        start = len(done["grid"])
+        part = tune_unit(
+            name,
+            cell,
+            grid,
+            plan["seeds"],
+            plan["protocol"]["n_steps"],
+            progress=progress,
+            start=start,
+            stop=min(start + per_call, n_points),
+        )
+        done = {
+            "grid": done["grid"] + part["grid"],
+            "lanes": done["lanes"] + part["lanes"],
+            "wall_s": round(done["wall_s"] + part["wall_s"], 1),
+        }
+        partial[name] = done
+        results["grids"][name] = grid
+        _write_atomic(plan["out"], results)
+        if len(done["grid"]) < n_points:
+            print(
+                f"{cell.key} {name}: {len(done['grid'])}/{n_points} grid points scored",
+                file=sys.stderr,
+            )
+    del partial[name]
+    if not partial:
+        del results["partial"][cell.key]
+    if not results["partial"]:
+        del results["partial"]
+    best, best_med = select_best(done["grid"])
+    return {"best": done["grid"][best]["hyper"], "best_median_regret": best_med, **done}
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -241,14 +326,7 @@ def _main(argv: Sequence[str] | None) -> int:
             if name in stored:
                 print(f"{cell.key} {name}: stored, best {stored[name]['best']}", file=sys.stderr)
                 continue
-            unit = tune_unit(
-                name,
-                cell,
-                plan["grids"][name],
-                plan["seeds"],
-                plan["protocol"]["n_steps"],
-                progress=not args.no_progress,
-            )
+            unit = _tune_in_slices(name, cell, plan, results, progress=not args.no_progress)
             unit["command"] = command
             unit["finished_utc"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
             results["grids"][name] = plan["grids"][name]

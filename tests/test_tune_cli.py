@@ -122,3 +122,38 @@ def test_killed_run_resumes_at_the_first_unfinished_unit(tmp_path, monkeypatch, 
     assert tune.main([*argv[:-2], "--steps", "32", "--out", str(out)]) == 2
     assert "another protocol" in capsys.readouterr().err
     assert json.loads(out.read_text()) == second
+
+
+@pytest.mark.slow
+def test_a_unit_in_slices_scores_as_one_call_and_resumes_after_the_last_slice(
+    tmp_path, monkeypatch, capsys
+):
+    argv = ["--cells", "E4:3", "--agents", "npg-niw", *PG_GRID, *TINY]
+    whole, sliced = tmp_path / "whole.json", tmp_path / "sliced.json"
+    assert tune.main([*argv, "--out", str(whole)]) == 0
+    real, calls = tune.tune_unit, []
+
+    def dies_on_third(name, cell, *a, **kw):
+        calls.append((kw["start"], kw["stop"]))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(name, cell, *a, **kw)
+
+    monkeypatch.setattr(tune, "tune_unit", dies_on_third)
+    assert tune.main([*argv, "--points-per-call", "1", "--out", str(sliced)]) == 130
+    killed = json.loads(sliced.read_text())
+    assert "E4:3:4" not in killed["cells"]
+    assert len(killed["partial"]["E4:3:4"]["npg-niw"]["grid"]) == 2  # two slices stored
+    calls.clear()
+    assert tune.main([*argv, "--points-per-call", "2", "--out", str(sliced)]) == 0
+    assert calls == [(2, 4)]  # resumed after the stored slices, the rest in one call
+    a = json.loads(whole.read_text())["cells"]["E4:3:4"]["npg-niw"]
+    b = json.loads(sliced.read_text())
+    assert "partial" not in b
+    b = b["cells"]["E4:3:4"]["npg-niw"]
+    assert b["grid"] == a["grid"]  # the same scores, point by point (exact)
+    assert (b["best"], b["best_median_regret"], b["lanes"]) == (
+        a["best"],
+        a["best_median_regret"],
+        a["lanes"],
+    )

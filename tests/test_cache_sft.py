@@ -80,11 +80,10 @@ def test_cache_off_and_bad_info(tmp_path, monkeypatch):
 
 def test_runs_sharing_the_sft_seed_compute_the_sft_once(tmp_path, monkeypatch):
     import rpg_llm.sft
-    from rpg_llm import tasks
-    from rpg_llm.loop import LoopConfig, SamplingConfig, Trainer, default_backends
+    from rpg_llm.loop import Trainer
     from rpg_llm.ppo import PPOConfig
-    from rpg_llm.rewards import RewardConfig
     from testkit.tiny_model import build_tiny_model
+    from testkit.tiny_trainer import bbc_backends, tiny_edit_config
 
     model_dir = build_tiny_model(tmp_path / "tiny")
     calls = []
@@ -95,29 +94,16 @@ def test_runs_sharing_the_sft_seed_compute_the_sft_once(tmp_path, monkeypatch):
         return real(*args, **kw)
 
     monkeypatch.setattr(rpg_llm.sft, "sft_warm_start", spy)
-    backends = default_backends()
-    backends.baseline_solutions = lambda comp_id: [
-        (n, c) for n, c in tasks.baseline_solutions("bbc-news-logloss") if n == "logreg_tfidf"
-    ]
+    backends = bbc_backends(["logreg_tfidf"])
 
     def run(name, seed, sft_seed):
-        cfg = LoopConfig(
-            task="text",
-            model=str(model_dir),
+        cfg = tiny_edit_config(
+            model_dir,
             steps=1,
-            batch_size=2,
-            workers=1,
-            sandbox="subprocess",
-            estimator_batches=100,
-            action="edit",
-            describe=False,
-            seed_buffer=False,
             seed=seed,
             sft_steps=2,
             sft_examples=4,
             sft_seed=sft_seed,
-            sampling=SamplingConfig(max_prompt_tokens=512, max_new_tokens=16),
-            reward=RewardConfig("rpg", timeout_s=60.0),
             ppo=PPOConfig(micro_batch_size=2, lora_rank=4),
         )
         trainer = Trainer(cfg, tmp_path / name, backends=backends, progress=False)

@@ -14,8 +14,7 @@ import pytest
 import torch
 
 import rpg_llm.sft
-from rpg_llm import tasks
-from rpg_llm.loop import LoopConfig, SamplingConfig, Trainer, default_backends
+from rpg_llm.loop import Trainer
 from rpg_llm.loop.trainer import weights_digest
 from rpg_llm.ppo import (
     PPOBatch,
@@ -24,7 +23,7 @@ from rpg_llm.ppo import (
     _response_values,
     logprobs_from_logits,
 )
-from rpg_llm.rewards import RewardConfig
+from testkit.tiny_trainer import bbc_backends, tiny_edit_config
 
 tiny_model_dir = fixtures_llm.tiny_model_dir
 
@@ -33,29 +32,14 @@ SEEDS = ("logreg_tfidf", "nb_tfidf")
 
 
 def _backends():
-    b = default_backends()
-    b.baseline_solutions = lambda comp_id: [
-        (n, c) for n, c in tasks.baseline_solutions(BBC) if n in SEEDS
-    ]
-    return b
+    return bbc_backends(SEEDS)
 
 
 def _cfg(model_dir, lora_rank):
-    return LoopConfig(
-        task="text",
-        model=str(model_dir),
-        steps=2,
-        batch_size=2,
-        workers=1,
-        sandbox="subprocess",
-        estimator_batches=100,
-        action="edit",
-        describe=False,
-        seed_buffer=False,
+    return tiny_edit_config(
+        model_dir,
         sft_steps=2,
         sft_examples=4,
-        sampling=SamplingConfig(max_prompt_tokens=512, max_new_tokens=24, temperature=0.9),
-        reward=RewardConfig("rpg", timeout_s=60.0),
         ppo=PPOConfig(micro_batch_size=2, lora_rank=lora_rank, actor_lr=1e-2, critic_lr=1e-2),
     )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -198,14 +198,21 @@ class SampleBuffer:
         return [self._sample(r) for r in reversed(rows)]
 
     def top(
-        self, k: int, rho: float | None, *, run: str | None = None, task: str | None = None
+        self,
+        k: int,
+        rho: float | None,
+        *,
+        run: str | None = None,
+        task: str | None = None,
+        eligible: Callable[[Sample], bool] | None = None,
     ) -> list[Sample]:
         """The ``k`` parents for the next prompts.
 
         Ranks the active set by ``raw_reward - rho * exec_time`` (``rho=None``: ``raw_reward``),
         highest first, ties broken by smaller id (older sample first).  When the active set holds
         fewer than ``k`` samples the ranking repeats cyclically to length ``k``; an empty buffer
-        gives ``[]``.
+        gives ``[]``.  ``eligible`` (optional) keeps only the active samples it accepts (e.g.
+        scripts the edit answer format can edit), unless it accepts none: then all stay.
 
         Raises:
           ValueError: ``k < 0`` or ``rho`` not a finite number.
@@ -217,6 +224,8 @@ class SampleBuffer:
         pool = self.active(run, task)
         if not pool or k == 0:
             return []
+        if eligible is not None:
+            pool = [s for s in pool if eligible(s)] or pool
         r = 0.0 if rho is None else float(rho)
         ranked = sorted(pool, key=lambda s: (-(s.raw_reward - r * s.exec_time), s.id))
         return [ranked[i % len(ranked)] for i in range(k)]

@@ -102,6 +102,18 @@ def test_top_ranks_by_relative_reward_and_cycles(tmp_path):
         assert [s.id for s in buf.top(2, None)] == [a, b]
 
 
+def test_top_among_eligible_samples_only(tmp_path):
+    # the fastest sample c ranks first at rho = 0.1 but is not eligible; with none eligible,
+    # every sample stays a candidate (a parent always exists)
+    data = [(0.9, 8.0), (0.8, 4.0), (0.7, 1.0)]
+    with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
+        a, b, c = buf.add_many([make(i, r, t) for i, (r, t) in enumerate(data)])
+        not_c = lambda s: s.id != c  # noqa: E731
+        assert [s.id for s in buf.top(3, 0.1, eligible=not_c)] == [b, a, b]
+        assert [s.id for s in buf.top(2, None, eligible=not_c)] == [a, b]
+        assert [s.id for s in buf.top(3, 0.1, eligible=lambda s: False)] == [c, b, a]
+
+
 def test_ties_break_by_older_id(tmp_path):
     with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
         ids = buf.add_many([make(i, 0.5, 2.0) for i in range(4)])

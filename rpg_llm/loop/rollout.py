@@ -91,16 +91,23 @@ def make_prompts(
         baselines: ``(name, code)`` of the task's baselines: the parents of the edit format's
             base prompt (read only while the buffer is empty).
 
+    Parents are ``buffer.top(B, rho)``; in the edit format only among the scripts that have
+    editable constants (all of them when none has).
+
     Raises:
         ValueError: edit format, empty buffer and no baseline with editable constants.
     """
-    from rpg_llm.actions import editable_baselines
+    from rpg_llm.actions import editable_baselines, editable_constants
 
     def count(s: str) -> int:
         return len(tokenizer(s, add_special_tokens=False)["input_ids"])
 
     budget = max_prompt_tokens - CHAT_TEMPLATE_ROOM
-    parents = buffer.top(batch_size, rho, run=run)
+    # the edit format needs a parent with constants to edit: a script without any (e.g. a
+    # constant-prediction baseline, often the fastest and so RPG's first choice) would ask for
+    # a whole script, which a short answer cap cannot hold
+    eligible = (lambda s: bool(editable_constants(s.code))) if action == "edit" else None
+    parents = buffer.top(batch_size, rho, run=run, eligible=eligible)
     if not parents:
         if action != "edit":
             prompt = base_prompt(description, timeout_s)

@@ -51,9 +51,13 @@ execution + PPO update of one step. The quick table fits 20 minutes when 4 (S + 
 and the full one 3 hours when 18 (S + 2 T_step) <= 10800 s, i.e. T_step <= 220 s and <= 260 s.
 Measured here (notes/table.md, load average ~8 on 2 cores): S ~ 80 s, T_step ~ 186 s (churn-auc),
 266 s a run. With 3 steps the full table would need T_step <= 173 s: over 3 hours at that load.
-These times were measured with the earlier script-action preset; the edit preset adds its SFT warm
-start to S (465 s for 8 steps in one run at load ~7), so ``--quick`` no longer fits 20 minutes here
-unless ``--sft-steps 0`` (at the price of invalid answers) or a quieter machine.
+These times were measured with the earlier script-action preset. With the edit preset, LoRA PPO
+and one SFT per task (``--sft-seed 0``, memoised by :mod:`rpg_llm.sft_cache`), measured here
+(benchmarks/RESULTS.md, load ~2-4): ``--quick`` 6 min 33 s, the full table 47 min 14 s.
+
+Both arms run the same number of steps, not the same execution budget: RPG's chains, which edit
+the fastest scripts, end far earlier, and the common budget then evaluates them after their end
+(the measured full table has RPG below vanilla on 2 of 3 tasks for that reason; RESULTS.md).
 
 Hyper-parameters: **no tuning was done for this table.** The CPU setting is the ``cpu-default``
 preset plus the overrides above, chosen for run time only; the table's seeds are 0, 1, 2 and seeds

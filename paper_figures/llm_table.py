@@ -130,7 +130,12 @@ RUN_FIELDS = ["task", "method", "seed", "run_dir", "final_budget_s", "value", "n
 
 @dataclass(frozen=True)
 class TableSettings:
-    """What the table runs. ``max_new_tokens`` / ``timeout_s`` None: the preset's value."""
+    """What the table runs. ``max_new_tokens`` / ``timeout_s`` None: the preset's value.
+
+    ``exec_budget_s``: the execution budget per chain, seconds (``rpg_llm.run --exec-budget``):
+    every run stops once each of its chains has used it (``steps`` is then a cap), and the
+    table is read at ``B = exec_budget_s``. None: every run takes ``steps`` steps and ``B`` is
+    :func:`common_final_budget`."""
 
     tasks: tuple[str, ...]
     seeds: tuple[int, ...]
@@ -144,15 +149,19 @@ class TableSettings:
     action: str | None = None
     sft_steps: int | None = None
     sft_seed: int | None = 0
+    exec_budget_s: float | None = None
     run_args: tuple[str, ...] = field(default_factory=tuple)
 
 
-QUICK = TableSettings(tasks=("churn-auc",), seeds=(0, 1), steps=1, batch_size=2)
+QUICK = TableSettings(
+    tasks=("concrete-strength-mae",), seeds=(0, 1), steps=4, batch_size=2, exec_budget_s=10.0
+)
 FULL = TableSettings(
     tasks=("churn-auc", "concrete-strength-mae", "bbc-news-logloss"),
     seeds=(0, 1, 2),
-    steps=2,
+    steps=8,
     batch_size=2,
+    exec_budget_s=12.0,
 )
 
 
@@ -238,6 +247,22 @@ def common_final_budget(runs: Sequence[Sequence]) -> float:
     return max(shortest, first)
 
 
+def table_budget(runs: Sequence[Sequence], exec_budget_s: float | None) -> float:
+    """The budget ``B`` the table is read at, seconds: the runs' execution budget when they had
+    one (every chain then ran until it had used it), else :func:`common_final_budget`.
+
+    Raises:
+        ValueError: no run, or ``exec_budget_s`` not > 0.
+    """
+    if not runs:
+        raise ValueError("no finished run to take a budget from")
+    if exec_budget_s is None:
+        return common_final_budget(runs)
+    if not exec_budget_s > 0:
+        raise ValueError(f"exec_budget_s must be > 0 seconds, got {exec_budget_s!r}")
+    return float(exec_budget_s)
+
+
 def run_value(chains: Sequence, budget_s: float) -> tuple[float, int]:
     """Mean best raw reward across a run's chains within ``budget_s`` seconds, and how many chains
     have a value there (``rpg_llm.budget.curve``; NaN when none has)."""
@@ -269,12 +294,20 @@ class TaskRow:
         return d
 
 
-def task_row(task: str, runs: dict[str, dict[int, Sequence]], raw_reward: str = "") -> TaskRow:
+def task_row(
+    task: str,
+    runs: dict[str, dict[int, Sequence]],
+    raw_reward: str = "",
+    exec_budget_s: float | None = None,
+) -> TaskRow:
     """The table row of one task from its finished runs' chains.
 
     Args:
         runs: method (``rpg`` / ``vanilla``) -> seed -> that run's chains (``rpg_llm.budget``).
         raw_reward: what the raw reward is for this task (for the table's label).
+        exec_budget_s: the runs' execution budget per chain (:func:`table_budget`); a chain
+            with no sample finished within it has no value and is left out of its run's mean
+            (the per-run ``n_chains`` says how many had one).
 
     Raises:
         ValueError: an arm without a finished run.
@@ -282,7 +315,7 @@ def task_row(task: str, runs: dict[str, dict[int, Sequence]], raw_reward: str = 
     for m in METHODS:
         if not runs.get(m):
             raise ValueError(f"task {task}: no finished {m} run")
-    budget = common_final_budget([cs for m in METHODS for cs in runs[m].values()])
+    budget = table_budget([cs for m in METHODS for cs in runs[m].values()], exec_budget_s)
     arms, rows = {}, []
     for m in METHODS:
         vals = []
@@ -368,6 +401,8 @@ def _settings_argv(s: TableSettings, spec: RunSpec) -> list[str]:
         argv += ["--sft-steps", str(s.sft_steps)]
     if s.sft_seed is not None:
         argv += ["--sft-seed", str(s.sft_seed)]
+    if s.exec_budget_s is not None:
+        argv += ["--exec-budget", repr(float(s.exec_budget_s))]
     return argv + list(s.run_args)
 
 
@@ -392,7 +427,16 @@ def _config_for(s: TableSettings, spec: RunSpec):
     return cfg
 
 
-_RESERVED = ("--out", "--resume", "--method", "--seed", "--task", "--steps", "--batch-size")
+_RESERVED = (
+    "--out",
+    "--resume",
+    "--method",
+    "--seed",
+    "--task",
+    "--steps",
+    "--batch-size",
+    "--exec-budget",
+)
 
 
 def _check_settings(s: TableSettings) -> None:
@@ -446,7 +490,9 @@ def _check_model(model: str) -> None:
 
 
 def run_state(spec: RunSpec, cfg) -> str:
-    """``"new"`` (no run yet), ``"done"`` (metrics reach the run's steps) or ``"resume"``.
+    """``"new"`` (no run yet), ``"done"`` (the metrics reach the run's steps, or, with an
+    execution budget, every chain of the steps with metrics has used it: the run stopped on its
+    budget) or ``"resume"``.
 
     Args:
         cfg: the LoopConfig the table asks for this run.
@@ -473,7 +519,21 @@ def run_state(spec: RunSpec, cfg) -> str:
             f"--out or remove that folder"
         )
     done = max((int(m.get("step", 0)) for m in folder.read_metrics()), default=0)
-    return "done" if done >= cfg.steps else "resume"
+    if done >= cfg.steps or _budget_spent(folder, cfg, done):
+        return "done"
+    return "resume"
+
+
+def _budget_spent(folder, cfg, done: int) -> bool:
+    """Whether the run's steps ``1 .. done`` spent its execution budget (``rpg_llm.budget``)."""
+    from rpg_llm.budget import budget_spent
+    from rpg_llm.buffer import SampleBuffer
+
+    if cfg.exec_budget_s is None or done < 1 or not folder.buffer_path.exists():
+        return False
+    with SampleBuffer(folder.buffer_path, capacity=1) as buf:
+        samples = [x for x in buf.by_row(min_step=1) if x.step <= done]  # as read_chains
+    return budget_spent(samples, cfg.batch_size, float(cfg.exec_budget_s))
 
 
 def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:
@@ -547,7 +607,8 @@ def write_table(
         if not all(runs[m] for m in METHODS):
             print(f"{task}: no table row (an arm has no finished run)")
             continue
-        row = task_row(task, runs, _raw_reward_label(task, cfgs[finished[0]]))
+        label = _raw_reward_label(task, cfgs[finished[0]])
+        row = task_row(task, runs, label, s.exec_budget_s)
         for r in row.runs:
             key = (r["method"], r["seed"])
             r["run_dir"] = str(next(p.run_dir for p in finished if (p.method, p.seed) == key))
@@ -594,18 +655,47 @@ def _markdown_document(s: TableSettings, rows: Sequence[TaskRow], avg: float, dr
         f"{s.max_prompt_tokens or 'preset'}; timeout "
         f"{s.timeout_s or 'preset'}; action {s.action or 'run default'}; sft steps "
         f"{s.sft_steps if s.sft_steps is not None else 'run default'}; sft seed "
-        f"{s.sft_seed if s.sft_seed is not None else 'the run seed'}; seeds "
+        f"{s.sft_seed if s.sft_seed is not None else 'the run seed'}; execution budget "
+        f"{_budget_text(s)}; seeds "
         f"{', '.join(map(str, s.seeds))}; extra run flags {' '.join(s.run_args) or 'none'}"
     )
+    if s.exec_budget_s is not None:
+        what = (
+            f"the execution budget B = {s.exec_budget_s:g} s per chain (each run stopped once "
+            "every chain had used B, or at the step cap); a chain with no sample finished within "
+            "B has no value and is left out"
+        )
+    else:
+        what = (
+            "the common final budget B (the smallest final cumulative execution time over the "
+            "task's runs, both arms, raised if needed to the slowest first sample of any chain)"
+        )
+    left_out = _left_out(s, rows)
     return (
         "# RPG vs vanilla, the paper's MLE-Bench table in miniature\n\n"
-        "Mean across chains of the best raw reward within the common final budget B (the smallest "
-        "final cumulative execution time over the task's runs, both arms, raised if needed to the "
-        "slowest first sample of any chain), mean ± s.e. over run seeds; % improv. = "
-        "100 (RPG − vanilla) / |vanilla|.\n\n"
+        f"Mean across chains of the best raw reward within {what}; mean ± s.e. over run seeds; "
+        "% improv. = 100 (RPG − vanilla) / |vanilla|.\n\n"
         + table_markdown(rows, avg, dropped)
+        + f"\nChains without a value at B: {left_out}.\n"
         + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
     )
+
+
+def _left_out(s: TableSettings, rows: Sequence[TaskRow]) -> str:
+    """Per task and arm, the chains with no sample finished within B, of all chains."""
+    parts = []
+    for r in rows:
+        for m in METHODS:
+            runs = [x for x in r.runs if x["method"] == m]
+            missing = sum(s.batch_size - int(x["n_chains"]) for x in runs)
+            parts.append(f"{r.task} {m} {missing} of {s.batch_size * len(runs)}")
+    return "; ".join(parts)
+
+
+def _budget_text(s: TableSettings) -> str:
+    if s.exec_budget_s is None:
+        return "none (same steps; read at the common final budget)"
+    return f"{s.exec_budget_s:g} s per chain, steps <= {s.steps}"
 
 
 # ----------------------------------------------------------------------------------------- CLI
@@ -619,6 +709,21 @@ def _int_list(flag: str, text: str) -> tuple[int, ...]:
     if any(v < 0 for v in vals):
         raise UsageError(f"{flag} {text!r}: seeds must be >= 0")
     return vals
+
+
+def _exec_budget(text: str | None, default: float | None) -> float | None:
+    """``--exec-budget``: seconds > 0, or ``none`` (every run takes ``--steps`` steps)."""
+    if text is None:
+        return default
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"--exec-budget {text!r}: give seconds > 0, or none")
+    return value
 
 
 def _settings_from_args(args) -> TableSettings:
@@ -639,6 +744,7 @@ def _settings_from_args(args) -> TableSettings:
         action=args.action,
         sft_steps=args.sft_steps,
         sft_seed=args.sft_seed,
+        exec_budget_s=_exec_budget(args.exec_budget, base.exec_budget_s),
         run_args=tuple(shlex.split(args.run_args or "")),
     )
     if not s.tasks:
@@ -660,7 +766,15 @@ def _parser() -> ArgumentParser:
     p.add_argument("--out", default="out/llm_table", help="output folder (runs under OUT/runs)")
     p.add_argument("--tasks", default=None, help="comma-separated offline competition ids")
     p.add_argument("--seeds", default=None, help="comma-separated run seeds (table: 0,1,2)")
-    p.add_argument("--steps", type=int, default=None, help="PPO steps per run")
+    p.add_argument(
+        "--steps", type=int, default=None, help="PPO steps per run (the cap with a budget)"
+    )
+    p.add_argument(
+        "--exec-budget",
+        default=None,
+        help="execution budget per chain, seconds: runs stop once every chain has used it and "
+        "the table is read there (quick 10, full 12); none: same steps for both arms",
+    )
     p.add_argument("--batch-size", type=int, default=None, help="prompts per step")
     p.add_argument("--max-new-tokens", type=int, default=None, help="response cap, tokens")
     p.add_argument("--max-prompt-tokens", type=int, default=None, help="prompt budget, tokens")

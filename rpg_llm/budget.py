@@ -31,6 +31,8 @@ __all__ = [
     "read_chains",
     "group_chains",
     "curve",
+    "row_exec_seconds",
+    "budget_spent",
     "budget_grid",
     "curve_rows",
     "write_budget_csv",
@@ -122,6 +124,33 @@ def read_chains(run_dir: str | Path) -> list[Chain]:
         t, r = np.array(per_row[row]).T
         chains.append(Chain(label, np.cumsum(t), np.maximum.accumulate(r)))
     return chains
+
+
+def row_exec_seconds(samples: Sequence, max_step: int | None = None) -> dict[int, float]:
+    """Total measured execution seconds of each chain: ``{row: sum of exec_time}`` over the
+    generated samples (step >= 1, and <= ``max_step`` if given) of ``samples``
+    (``rpg_llm.buffer.Sample``); the seed samples of step 0 belong to no chain."""
+    totals: dict[int, float] = defaultdict(float)
+    for s in samples:
+        if s.step >= 1 and (max_step is None or s.step <= max_step):
+            totals[int(s.row)] += float(s.exec_time)
+    return dict(totals)
+
+
+def budget_spent(samples: Sequence, batch_size: int, budget_s: float) -> bool:
+    """True when every chain (rows ``0 .. batch_size - 1``) of ``samples`` has used at least
+    ``budget_s`` seconds of measured execution (:func:`row_exec_seconds`): the execution-budget
+    stopping rule of ``LoopConfig.exec_budget_s``. A row without a sample has used 0 s.
+
+    Raises:
+        ValueError: ``batch_size < 1`` or ``budget_s`` not > 0 (both named).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+    if not budget_s > 0:
+        raise ValueError(f"budget_s must be > 0 seconds, got {budget_s!r}")
+    totals = row_exec_seconds(samples)
+    return all(totals.get(r, 0.0) >= budget_s for r in range(batch_size))
 
 
 def curve(chains: Sequence[Chain], budgets: np.ndarray) -> dict[str, np.ndarray]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
@@ -113,7 +114,12 @@ class LoopConfig:
     Attributes:
         task: competition id or alias (``"text"``: the offline text competition).
         model: Hugging Face id or local folder of the policy.
-        steps: PPO steps (>= 1).
+        steps: PPO steps (>= 1); with ``exec_budget_s`` the most steps the run may take.
+        exec_budget_s: execution budget per chain, seconds (None: none). The run stops before a
+            step once every chain (batch row ``0 .. B-1``) has used at least this much measured
+            execution time over its generated samples (``rpg_llm.budget.budget_spent``), so that
+            two arms can be compared at the same execution budget (the paper's section 5
+            compares budget curves; RPG's cheaper scripts then buy it more steps).
         batch_size: prompts per step, ``B`` (one response each).
         seed: run seed (generation and estimator draws are seeded per step from it).
         seed_buffer: store the task's baseline solutions (executed and graded) as step 0.
@@ -161,6 +167,14 @@ class LoopConfig:
         metadata=flag(help="Hugging Face id or local folder"),
     )
     steps: int = field(default=3, metadata=flag(help="PPO steps"))
+    exec_budget_s: float | None = field(
+        default=None,
+        metadata=flag(
+            "--exec-budget",
+            help="stop once every chain (batch row) has used this many seconds of execution "
+            "(--steps stays the cap; default: no budget)",
+        ),
+    )
     batch_size: int = field(default=4, metadata=flag(help="prompts per step (B)"))
     seed: int = field(default=0, metadata=flag(help="run seed"))
     seed_buffer: bool = field(
@@ -250,6 +264,11 @@ class LoopConfig:
         _int_at_least(self, "sft_batch_size", 1, high=MAX_BATCH)
         _int_at_least(self, "sft_examples", 1)
         _int_at_least(self, "sft_seed", 0, optional=True)
+        b = self.exec_budget_s
+        if b is not None and not (
+            isinstance(b, int | float) and not isinstance(b, bool) and math.isfinite(b) and b > 0
+        ):
+            raise ValueError(f"exec_budget_s must be a number of seconds > 0, got {b!r}")
         if not (isinstance(self.sft_lr, int | float) and self.sft_lr > 0):
             raise ValueError(f"sft_lr must be > 0, got {self.sft_lr!r}")
         if not isinstance(self.describe, bool):

@@ -201,6 +201,8 @@ def _cli_base(out: Path, model: Path, *extra: str) -> list[str]:
         str(model),
         "--max-new-tokens",
         "8",
+        "--exec-budget",
+        "none",
         "--run-args",
         "--no-seed-buffer --max-prompt-tokens 768 --sandbox subprocess",
         *extra,
@@ -235,6 +237,53 @@ def test_table_only_writes_the_hand_values(tmp_path, tiny_model_dir, capsys):
     assert "skip (finished)" in capsys.readouterr().out
 
 
+# At an execution budget of 5 s (runs of at most 2 steps, all chains read at 5 s): B = 5;
+# rpg0 (0.7 + 0.6)/2, rpg1 (0.8 + 0.9)/2 -> 0.75 +- 0.1 as above; vanilla0's row 0 has no
+# sample within 5 s (its first took 6 s): left out, 0.3; vanilla1 (0.5 + 0.1)/2 = 0.3
+# -> 0.3 +- 0; % improvement 100 * 0.45 / 0.3 = 150
+def test_table_at_the_execution_budget_by_hand(tmp_path, tiny_model_dir):
+    out = tmp_path / "t"
+    argv = [*_cli_base(out, tiny_model_dir), "--exec-budget", "5", "--steps", "2"]
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    assert s.exec_budget_s == 5.0 and s.steps == 2  # the runs end at the cap or the budget
+    for (m, k), rows in HAND.items():
+        spec = lt.RunSpec("churn-auc", m, k, out)
+        _make_run(spec.run_dir, lt._config_for(s, spec).to_dict(), rows)
+    assert lt.main([*argv, "--table-only"]) == 0
+    with open(out / "llm_table.csv") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert float(row["budget_s"]) == 5.0
+    assert float(row["rpg_mean"]) == pytest.approx(0.75, rel=1e-5)
+    assert float(row["vanilla_mean"]) == pytest.approx(0.3, rel=1e-5)
+    assert float(row["vanilla_se"]) == pytest.approx(0.0, abs=1e-9)
+    assert float(row["pct_improvement"]) == pytest.approx(150.0, rel=1e-5)
+    with open(out / "llm_table_runs.csv") as fh:
+        n = {(r["method"], r["seed"]): int(r["n_chains"]) for r in csv.DictReader(fh)}
+    assert n[("vanilla", "0")] == 1 and sum(n.values()) == 7
+    md = (out / "llm_table.md").read_text()
+    assert "B = 5 s per chain" in md and "churn-auc vanilla 1 of 4" in md
+
+
+def test_a_run_that_spent_its_budget_is_finished(tmp_path, tiny_model_dir):
+    """``run_state``: with a budget, a run is done when every chain of its steps with metrics
+    has used it, though it ran fewer than ``steps`` steps (it stopped on its budget)."""
+    out = tmp_path / "t"
+    rows = [[(3.0, 0.5), (3.0, 0.6)], [(6.0, 0.4), (1.0, 0.5)]]  # chains (3, 6) -> (6, 7) s
+
+    def state(budget: str, metrics_steps: int) -> str:
+        argv = [*_cli_base(out, tiny_model_dir), "--exec-budget", budget, "--steps", "8"]
+        s = lt._settings_from_args(lt._parser().parse_args(argv))
+        spec = lt.RunSpec("churn-auc", "rpg", 0, out / budget / str(metrics_steps))
+        cfg = lt._config_for(s, spec)
+        _make_run(spec.run_dir, cfg.to_dict(), rows, steps=metrics_steps)
+        return lt.run_state(spec, cfg)
+
+    assert state("5", 2) == "done"  # 6 and 7 s >= 5 s
+    assert state("5", 1) == "resume"  # after step 1 row 0 has used 3 s < 5 s
+    assert state("6.5", 2) == "resume"  # row 0: 6 s < 6.5 s
+    assert state("none", 2) == "resume"  # no budget: 2 of 8 steps
+
+
 # ------------------------------------------------------------------------------ usage errors
 
 
@@ -261,6 +310,9 @@ def _one_line(capsys) -> str:
         (["--model", "/no/such/model"], ["--model", "/no/such/model"]),
         (["--points", "1"], ["--points", "1"]),
         (["--steps", "two"], ["--steps", "two"]),
+        (["--exec-budget", "0"], ["--exec-budget", "'0'"]),
+        (["--exec-budget", "soon"], ["--exec-budget", "soon"]),
+        (["--run-args", "--exec-budget 3"], ["--run-args", "--exec-budget"]),
     ],
 )
 def test_usage_errors_exit_2_before_any_run(tmp_path, capsys, tiny_model_dir, extra, needles):
@@ -303,6 +355,13 @@ def test_action_and_sft_steps_are_forwarded_only_when_given(tmp_path, tiny_model
     )
     cmd = lt.run_command(given, spec, "new")
     assert cmd[cmd.index("--action") + 1] == "edit" and cmd[cmd.index("--sft-steps") + 1] == "3"
+    assert "--exec-budget" not in cmd  # --exec-budget none
+    timed = lt._settings_from_args(
+        lt._parser().parse_args([*_cli_base(out, tiny_model_dir), "--exec-budget", "7.5"])
+    )
+    budget_cmd = lt.run_command(timed, spec, "new")
+    assert budget_cmd[budget_cmd.index("--exec-budget") + 1] == "7.5"
+    assert lt._config_for(timed, spec).exec_budget_s == 7.5
     resume = lt.run_command(given, spec, "resume")
     assert resume[-5:] == ["--resume", str(spec.run_dir), "--steps", "1", "--no-progress"]
     # both arms: the same command but --method and the folder

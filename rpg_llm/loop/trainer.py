@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from rpg_llm.budget import budget_spent
 from rpg_llm.config import LoopConfig
 from rpg_llm.loop.accounting import Accounts, RateTracker, TaskRewards, infra_mask, nanogpt_rewards
 from rpg_llm.loop.backends import Backends, default_backends
@@ -392,10 +393,24 @@ class Trainer:
         return self.step_samples(step), seconds
 
     def checkpoint(self, step: int) -> None:
-        """Checkpoint every ``checkpoint_every`` steps and after the last one (collective)."""
-        if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
+        """Checkpoint every ``checkpoint_every`` steps and after the last one: step ``steps``,
+        or the step that spent the execution budget (collective)."""
+        last = step == self.cfg.steps or self.budget_spent(step)
+        if step % self.cfg.checkpoint_every == 0 or last:
             self.recorder.checkpoint(self.ppo, step, self.cfg.keep_checkpoints)
             self.on_stage(step, "checkpointed")
+
+    def budget_spent(self, step: int) -> bool:
+        """Whether every chain has used ``cfg.exec_budget_s`` seconds of execution over steps
+        ``1 .. step`` (:func:`rpg_llm.budget.budget_spent`; False without a budget). Decided on
+        the main process and shared, so every process stops at the same step (collective)."""
+        if self.cfg.exec_budget_s is None or step < 1:
+            return False
+        return bool(self.dist.on_main(self._budget_spent_main, step))
+
+    def _budget_spent_main(self, step: int) -> bool:
+        samples = [s for s in self.buffer.by_row(min_step=1, run=self.cfg.name) if s.step <= step]
+        return budget_spent(samples, self.cfg.batch_size, float(self.cfg.exec_budget_s))
 
     # -- one step: Algorithm 1 -----------------------------------------------------------------
     def step(self, step: int) -> StepRecord:
@@ -421,13 +436,19 @@ class Trainer:
         return self.recorder.record(rec, t_start)
 
     def run(self) -> list[StepRecord]:
-        """Seed (once), then steps ``start_step .. cfg.steps`` with a progress display."""
+        """Seed (once), then steps ``start_step .. cfg.steps`` with a progress display; with
+        ``cfg.exec_budget_s``, stop before the first step at which every chain has used the
+        budget (also when resuming such a run: then no step runs)."""
         self.seed_buffer()
         self.rebuild()
         self.recorder.reset_samples(self.step_samples(SEED_STEP), self.start_step - 1)
         bar = self._progress_bar()
         records = []
         for step in range(self.start_step, self.cfg.steps + 1):
+            if self.budget_spent(step - 1):
+                if self.dist.main:
+                    self._say(self._budget_line(step - 1), bar)
+                break
             rec = self.step(step)
             records.append(rec)
             if self.dist.main:
@@ -444,6 +465,13 @@ class Trainer:
         if bar is not None:
             bar.close()
         return records
+
+    def _budget_line(self, step: int) -> str:
+        left = self.cfg.steps - step
+        return (
+            f"execution budget {self.cfg.exec_budget_s:g} s per chain spent after step {step}: "
+            f"stopping ({left} of the {self.cfg.steps} steps not needed)"
+        )
 
     def _say(self, line: str, bar: Any) -> None:
         log.info(line)

@@ -14,26 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rpg_llm.buffer import Sample, SampleBuffer
+from testkit.samples import toy_sample
 
-
-def make(i: int, reward: float = 0.0, time_s: float = 1.0, run: str = "r", **kw) -> Sample:
-    base = dict(
-        run=run,
-        step=i // 4,
-        row=i % 4,
-        task="toy",
-        parent_id=None,
-        prompt_hash=f"h{i}",
-        code=f"print({i})",
-        outcome_text=f"score {reward}",
-        score=reward,
-        raw_reward=reward,
-        exec_time=time_s,
-        status="ok",
-        created_at=1000.0 + i,
-    )
-    base.update(kw)
-    return Sample(**base)
+make = toy_sample  # testkit.samples: a valid toy sample numbered i
 
 
 def test_round_trip_and_reopen(tmp_path):

@@ -14,6 +14,22 @@ tiny_model_dir = fixtures_llm.tiny_model_dir
 tiny_policy = fixtures_llm.tiny_policy
 
 T = 0.7
+EXAMPLES = [
+    SFTExample("Improve the script: C = 1.0", "```python\nC = 3.0\n```"),
+    SFTExample("short", "```python\nMAX_FEATURES = 5000\nC = 0.1\n```"),
+    SFTExample("a somewhat longer prompt with more words in it", "C = 2"),
+]
+
+
+def _full_logit_loss(model, ids, mask, labels):
+    """The answer tokens' summed cross-entropy from every position's logits."""
+    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(),
+        labels[:, 1:].reshape(-1),
+        ignore_index=-100,
+        reduction="sum",
+    )
 
 
 def test_response_logits_equal_the_full_logits_slice(tiny_policy):
@@ -38,33 +54,16 @@ def test_response_logits_equal_the_full_logits_slice(tiny_policy):
 
 def test_sft_loss_equals_the_full_logit_cross_entropy(tiny_policy):
     tok = tiny_policy.tokenizer
-    examples = [
-        SFTExample("Improve the script: C = 1.0", "```python\nC = 3.0\n```"),
-        SFTExample("short", "```python\nMAX_FEATURES = 5000\nC = 0.1\n```"),
-        SFTExample("a somewhat longer prompt with more words in it", "C = 2"),
-    ]
-    rows = [tokenize_example(tok, ex) for ex in examples]
+    rows = [tokenize_example(tok, ex) for ex in EXAMPLES]
     ids, mask, labels = _collate(rows, tok.pad_token_id, torch.device("cpu"))
     model = tiny_policy.model.eval()
     loss, n = _loss_sum(model, ids, mask, labels)
-    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
-    ref = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(),
-        labels[:, 1:].reshape(-1),
-        ignore_index=-100,
-        reduction="sum",
-    )
+    ref = _full_logit_loss(model, ids, mask, labels)
     assert n == sum(len(row) - n_prompt for row, n_prompt in rows)
     torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-5)
     # and the same gradient
     g = torch.autograd.grad(loss, [model.lm_head.weight])[0]
-    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
-    ref = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(),
-        labels[:, 1:].reshape(-1),
-        ignore_index=-100,
-        reduction="sum",
-    )
+    ref = _full_logit_loss(model, ids, mask, labels)
     g_ref = torch.autograd.grad(ref, [model.lm_head.weight])[0]
     torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-6)
 
@@ -73,12 +72,7 @@ def test_sft_micro_batches_accumulate_the_full_batch_gradient(tiny_policy):
     from rpg_llm.sft import accumulate_answer_gradient
 
     tok = tiny_policy.tokenizer
-    examples = [
-        SFTExample("Improve the script: C = 1.0", "```python\nC = 3.0\n```"),
-        SFTExample("short", "```python\nMAX_FEATURES = 5000\nC = 0.1\n```"),
-        SFTExample("a somewhat longer prompt with more words in it", "C = 2"),
-    ]
-    rows = [tokenize_example(tok, ex) for ex in examples]
+    rows = [tokenize_example(tok, ex) for ex in EXAMPLES]
     model = tiny_policy.model.eval()
     params = [p for p in model.parameters() if p.requires_grad]
     results = []

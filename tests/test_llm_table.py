@@ -230,7 +230,7 @@ def test_table_only_writes_the_hand_values(tmp_path, tiny_model_dir, capsys):
     assert (row["rpg_n"], row["vanilla_n"]) == ("2", "2")
     md = (out / "llm_table.md").read_text()
     assert "0.750 ± 0.100" in md and "0.325 ± 0.025" in md and "+130.8" in md
-    assert "No hyper-parameter tuning was done" in md
+    assert lt.TUNING_NOTE in md
     assert (out / "figures" / "churn-auc" / "budget_curves.png").stat().st_size > 0
     assert (out / "figures" / "churn-auc" / "budget_curves.pdf").stat().st_size > 0
     assert (out / "llm_table.png").stat().st_size > 0 and (out / "llm_table.pdf").exists()
@@ -282,6 +282,22 @@ def test_a_run_that_spent_its_budget_is_finished(tmp_path, tiny_model_dir):
     assert state("5", 1) == "resume"  # after step 1 row 0 has used 3 s < 5 s
     assert state("6.5", 2) == "resume"  # row 0: 6 s < 6.5 s
     assert state("none", 2) == "resume"  # no budget: 2 of 8 steps
+
+
+def test_the_tuning_record_matches_the_settings():
+    """paper_figures/llm_table_tuning.json: seeds apart from the table's, the criterion
+    recomputed from the arms, the winner chosen, and the preset running the winner."""
+    from rpg_llm.presets import PRESETS
+
+    rec = json.loads((Path(lt.__file__).parent / "llm_table_tuning.json").read_text())
+    assert not set(rec["seeds"]) & (set(lt.FULL.seeds) | set(lt.QUICK.seeds))
+    crit = {k: (c["rpg"] + c["vanilla"]) / 2 for k, c in rec["candidates"].items()}
+    for k, c in rec["candidates"].items():
+        assert c["criterion"] == pytest.approx(crit[k], abs=1e-6)
+    best = max(crit, key=crit.get)
+    assert float(best) == rec["chosen"]["actor_lr"]
+    assert PRESETS[lt.FULL.preset].config.ppo.actor_lr == rec["chosen"]["actor_lr"]
+    assert f"{crit[best]:.3f}" in lt.TUNING_NOTE and "900, 901" in lt.TUNING_NOTE
 
 
 # ------------------------------------------------------------------------------ usage errors

@@ -4,8 +4,9 @@ to its whole-script prompt was cut at the 64-token cap: -10)."""
 
 from __future__ import annotations
 
-from rpg_llm.buffer import Sample, SampleBuffer
+from rpg_llm.buffer import SampleBuffer
 from rpg_llm.loop.rollout import make_prompts
+from testkit.samples import toy_sample
 
 PRIOR = "import pandas as pd\nprint('constant prediction')\n"  # no top-level constant
 LOGREG = "C = 1.0\nMAX_ITER = 200\nprint('fit', C, MAX_ITER)\n"
@@ -16,21 +17,7 @@ def _tokenizer(text, add_special_tokens=False):
 
 
 def _sample(i, code, reward, seconds):
-    return Sample(
-        run="r",
-        step=0,
-        row=i,
-        task="toy",
-        parent_id=None,
-        prompt_hash=f"h{i}",
-        code=code,
-        outcome_text=f"score {reward}",
-        score=reward,
-        raw_reward=reward,
-        exec_time=seconds,
-        status="ok",
-        created_at=1000.0 + i,
-    )
+    return toy_sample(i, reward, seconds, step=0, row=i, code=code)
 
 
 def test_edit_parents_have_constants_script_parents_need_not(tmp_path):

@@ -18,13 +18,13 @@ import pytest
 
 from rpg_llm import tasks
 from rpg_llm.actions import apply_edit, editable_baselines, editable_constants, parse_action
-from rpg_llm.loop import LoopConfig, SamplingConfig, Trainer, default_backends, train
+from rpg_llm.loop import LoopConfig, Trainer, train
 from rpg_llm.loop.execution import execute_rollout
 from rpg_llm.loop.rollout import CHAT_TEMPLATE_ROOM, Rollout
 from rpg_llm.loop.trainer import weights_digest
-from rpg_llm.ppo import PPOConfig
 from rpg_llm.prompts import BASELINE_OUTCOME, edit_prompt
 from rpg_llm.rewards import RewardConfig
+from testkit.tiny_trainer import bbc_backends, tiny_edit_config
 
 tiny_model_dir = fixtures_llm.tiny_model_dir
 
@@ -38,27 +38,13 @@ def _baselines():
 
 
 def _backends():
-    b = default_backends()
-    b.baseline_solutions = lambda comp_id: _baselines()
-    return b
+    return bbc_backends(SEEDS)
 
 
 def _cfg(model_dir, method="rpg", **kw):
-    base = LoopConfig(
-        task="text",
-        model=str(model_dir),
-        steps=2,
-        batch_size=2,
-        workers=2,
-        sandbox="subprocess",
-        estimator_batches=100,
-        action="edit",
-        describe=False,
-        sampling=SamplingConfig(max_prompt_tokens=512, max_new_tokens=24, temperature=0.9),
-        reward=RewardConfig(method, timeout_s=60.0),
-        ppo=PPOConfig(micro_batch_size=2),
-    )
-    return replace(base, **kw)
+    """testkit's tiny edit config, seeded, two workers, arm ``method``."""
+    base = {"workers": 2, "seed_buffer": True, "reward": RewardConfig(method, timeout_s=60.0)}
+    return tiny_edit_config(model_dir, **(base | kw))
 
 
 def _scripted_generate(answers_for, calls):

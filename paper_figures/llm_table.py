@@ -130,7 +130,16 @@ TABLE_FIELDS = [
     "vanilla_se",
     "pct_improvement",
 ]
-RUN_FIELDS = ["task", "method", "seed", "run_dir", "final_budget_s", "value", "n_chains"]
+RUN_FIELDS = [
+    "task",
+    "method",
+    "seed",
+    "run_dir",
+    "final_budget_s",
+    "value",
+    "n_chains",
+    "n_ended_before_b",
+]
 
 
 @dataclass(frozen=True)
@@ -335,6 +344,8 @@ def task_row(
                     "final_budget_s": _g(run_final_budget(runs[m][seed])),
                     "value": _g(v),
                     "n_chains": n,
+                    # chains whose run ended (step cap) before they had used B
+                    "n_ended_before_b": sum(float(c.times[-1]) < budget for c in runs[m][seed]),
                 }
             )
         arms[m] = mean_se(vals)
@@ -522,6 +533,9 @@ def run_state(spec: RunSpec, cfg) -> str:
             f"--out or remove that folder"
         )
     done = max((int(m.get("step", 0)) for m in folder.read_metrics()), default=0)
+    # a kill between a step's checkpoint and its metrics line: the trainer resumes after the
+    # checkpoint, so that step counts as run (else a budget-stopped run would stay unfinished)
+    done = max(done, folder.latest_checkpoint() or 0)
     if done >= cfg.steps or _budget_spent(folder, cfg, done):
         return "done"
     return "resume"
@@ -529,14 +543,15 @@ def run_state(spec: RunSpec, cfg) -> str:
 
 def _budget_spent(folder, cfg, done: int) -> bool:
     """Whether the run's steps ``1 .. done`` spent its execution budget (``rpg_llm.budget``)."""
-    from rpg_llm.budget import budget_spent
+    from rpg_llm.budget import budget_spent, row_exec_seconds
     from rpg_llm.buffer import SampleBuffer
 
     if cfg.exec_budget_s is None or done < 1 or not folder.buffer_path.exists():
         return False
     with SampleBuffer(folder.buffer_path, capacity=1) as buf:
-        samples = [x for x in buf.by_row(min_step=1) if x.step <= done]  # as read_chains
-    return budget_spent(samples, cfg.batch_size, float(cfg.exec_budget_s))
+        samples = buf.by_row(min_step=1)  # every run of the folder, as read_chains reads it
+    totals = row_exec_seconds(samples, max_step=done)
+    return budget_spent(totals, cfg.batch_size, float(cfg.exec_budget_s))
 
 
 def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:
@@ -633,7 +648,8 @@ def write_table(
 
 def plot_table(rows: Sequence[TaskRow], out: Path) -> tuple[Path, Path]:
     """Bar chart of the table (per task: RPG and vanilla mean +- s.e. of the run values at the
-    common final budget); writes ``<out>/llm_table.png`` and ``.pdf``, returns both paths."""
+    table's budget B, :func:`table_budget`); writes ``<out>/llm_table.png`` and ``.pdf``,
+    returns both paths."""
     from paper_figures._common import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(rows) + 2.0), 3.6))
@@ -680,7 +696,8 @@ def _markdown_document(s: TableSettings, rows: Sequence[TaskRow], avg: float, dr
         "% improv. = 100 (RPG − vanilla) / |vanilla|.\n\n"
         + table_markdown(rows, avg, dropped)
         + f"\nChains without a value at B: {left_out}.\n"
-        + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
+        + f"\nChains that ended before B (their run hit the step cap first; read at their "
+        f"end): {_ended_early(s, rows)}.\n" + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
     )
 
 
@@ -692,6 +709,17 @@ def _left_out(s: TableSettings, rows: Sequence[TaskRow]) -> str:
             runs = [x for x in r.runs if x["method"] == m]
             missing = sum(s.batch_size - int(x["n_chains"]) for x in runs)
             parts.append(f"{r.task} {m} {missing} of {s.batch_size * len(runs)}")
+    return "; ".join(parts)
+
+
+def _ended_early(s: TableSettings, rows: Sequence[TaskRow]) -> str:
+    """Per task and arm, the chains whose run ended before they had used B, of all chains."""
+    parts = []
+    for r in rows:
+        for m in METHODS:
+            runs = [x for x in r.runs if x["method"] == m]
+            short = sum(int(x["n_ended_before_b"]) for x in runs)
+            parts.append(f"{r.task} {m} {short} of {s.batch_size * len(runs)}")
     return "; ".join(parts)
 
 
@@ -852,6 +880,12 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
     if rows:
         avg, dropped = trimmed_average([r.pct for r in rows])
         print(table_markdown(rows, avg, dropped), end="")
+        short = sum(int(x["n_ended_before_b"]) for r in rows for x in r.runs)
+        if short and s.exec_budget_s is not None:
+            print(
+                f"warning: {short} chains ended at the step cap ({s.steps}) before using the "
+                f"{s.exec_budget_s:g} s budget; they are read at their end (llm_table.md)"
+            )
     for w in written:
         print(f"wrote {w}")
     if failed:

@@ -1,7 +1,8 @@
 """Budget curves: best raw score so far against cumulative execution time (paper, section 5).
 
 A *chain* is one batch row of one run: the sequence of scripts generated in that row at steps
-1, 2, ... (the seed solutions of step 0 are not part of any chain). Per chain, the cumulative
+1, 2, ... (the seed solutions of step 0 are not part of any chain, nor are ``infra`` samples,
+whose placeholder reward and time are the machine's, not the script's). Per chain, the cumulative
 execution time after each sample and the best raw reward so far give a step function; at every
 budget ``b`` of a common grid a chain's value is its best raw reward among the samples finished
 within ``b`` (undefined before its first sample; after its last sample the value stays). Per arm
@@ -118,7 +119,11 @@ def read_chains(run_dir: str | Path) -> list[Chain]:
         return [Chain(label, t, -best) for t, best in chains.values()]
     per_row: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for s in samples:
+        if s.status == "infra":  # the machine failed: no score, no script time (DESIGN 7)
+            continue
         per_row[s.row].append((float(s.exec_time), float(s.raw_reward)))
+    if not per_row:
+        raise ValueError(f"{folder.root} has only infra samples (no script outcome)")
     chains = []
     for row in sorted(per_row):
         t, r = np.array(per_row[row]).T
@@ -129,18 +134,20 @@ def read_chains(run_dir: str | Path) -> list[Chain]:
 def row_exec_seconds(samples: Sequence, max_step: int | None = None) -> dict[int, float]:
     """Total measured execution seconds of each chain: ``{row: sum of exec_time}`` over the
     generated samples (step >= 1, and <= ``max_step`` if given) of ``samples``
-    (``rpg_llm.buffer.Sample``); the seed samples of step 0 belong to no chain."""
+    (``rpg_llm.buffer.Sample``). The seed samples of step 0 belong to no chain, and ``infra``
+    samples (the machine failed, not the script) are in none either, as in :func:`read_chains`;
+    ``SampleBuffer.exec_seconds_by_row`` is the same sum in SQL."""
     totals: dict[int, float] = defaultdict(float)
     for s in samples:
-        if s.step >= 1 and (max_step is None or s.step <= max_step):
+        if s.step >= 1 and s.status != "infra" and (max_step is None or s.step <= max_step):
             totals[int(s.row)] += float(s.exec_time)
     return dict(totals)
 
 
-def budget_spent(samples: Sequence, batch_size: int, budget_s: float) -> bool:
-    """True when every chain (rows ``0 .. batch_size - 1``) of ``samples`` has used at least
-    ``budget_s`` seconds of measured execution (:func:`row_exec_seconds`): the execution-budget
-    stopping rule of ``LoopConfig.exec_budget_s``. A row without a sample has used 0 s.
+def budget_spent(totals: dict[int, float], batch_size: int, budget_s: float) -> bool:
+    """True when every chain (rows ``0 .. batch_size - 1``) has used at least ``budget_s``
+    seconds of measured execution, ``totals`` being :func:`row_exec_seconds` (a row absent
+    from it has used 0 s): the execution-budget stopping rule of ``LoopConfig.exec_budget_s``.
 
     Raises:
         ValueError: ``batch_size < 1`` or ``budget_s`` not > 0 (both named).
@@ -149,7 +156,6 @@ def budget_spent(samples: Sequence, batch_size: int, budget_s: float) -> bool:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
     if not budget_s > 0:
         raise ValueError(f"budget_s must be > 0 seconds, got {budget_s!r}")
-    totals = row_exec_seconds(samples)
     return all(totals.get(r, 0.0) >= budget_s for r in range(batch_size))
 
 

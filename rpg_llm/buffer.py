@@ -261,6 +261,17 @@ class SampleBuffer:
         )
         return [self._sample(r) for r in rows]
 
+    def exec_seconds_by_row(self, run: str, max_step: int) -> dict[int, float]:
+        """``{row: total exec_time}`` of ``run``'s generated samples of steps ``1 .. max_step``
+        (``infra`` samples left out): ``rpg_llm.budget.row_exec_seconds`` as one SQL sum, for
+        the execution-budget stopping rule."""
+        rows = self._query(
+            "SELECT row, SUM(exec_time) FROM samples WHERE run = ? AND step BETWEEN 1 AND ? "
+            "AND status != 'infra' GROUP BY row",
+            [run, int(max_step)],
+        )
+        return {int(r): float(t) for r, t in rows}
+
     def by_row(self, min_step: int = 0, run: str | None = None) -> list[Sample]:
         """Every sample of steps >= ``min_step`` (of ``run`` if given), ordered by
         ``(row, step, id)``: the chains of the budget curves, one batch row after another."""

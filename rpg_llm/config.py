@@ -119,7 +119,10 @@ class LoopConfig:
             step once every chain (batch row ``0 .. B-1``) has used at least this much measured
             execution time over its generated samples (``rpg_llm.budget.budget_spent``), so that
             two arms can be compared at the same execution budget (the paper's section 5
-            compares budget curves; RPG's cheaper scripts then buy it more steps).
+            compares budget curves; RPG's cheaper scripts then buy it more steps). ``infra``
+            samples use none of it. A run killed after a step's answers were saved but before
+            its samples were stored re-runs those scripts on resume, so their measured times
+            (and the stopping step) may differ from an uninterrupted run's.
         batch_size: prompts per step, ``B`` (one response each).
         seed: run seed (generation and estimator draws are seeded per step from it).
         seed_buffer: store the task's baseline solutions (executed and graded) as step 0.

@@ -10,6 +10,9 @@ digest and the SFT losses (``info.json``), written atomically (a temporary folde
 place). A loaded entry whose weights do not hash to the stored digest is refused (and ignored).
 
 Location: ``$RPG_SFT_CACHE`` or ``~/.cache/rpg/sft``; ``RPG_SFT_CACHE=off`` disables the cache.
+Size: an entry is the model's weights (~540 MB for SmolLM2-135M); the cache keeps the
+``$RPG_SFT_CACHE_ENTRIES`` (default 4) most recently stored or loaded entries and removes older
+ones after each store (:func:`prune`).
 """
 
 from __future__ import annotations
@@ -23,9 +26,39 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CACHE_ENV", "cache_root", "sft_key", "load_entry", "store_entry"]
+__all__ = [
+    "CACHE_ENV",
+    "ENTRIES_ENV",
+    "DEFAULT_ENTRIES",
+    "cache_root",
+    "max_entries",
+    "sft_key",
+    "load_entry",
+    "store_entry",
+    "prune",
+]
 
 CACHE_ENV = "RPG_SFT_CACHE"
+ENTRIES_ENV = "RPG_SFT_CACHE_ENTRIES"
+DEFAULT_ENTRIES = 4
+
+
+def max_entries() -> int:
+    """How many entries the cache keeps (``$RPG_SFT_CACHE_ENTRIES``, default 4).
+
+    Raises:
+        ValueError: the variable is not an integer >= 1 (names the variable and the value).
+    """
+    value = os.environ.get(ENTRIES_ENV)
+    if value is None or value.strip() == "":
+        return DEFAULT_ENTRIES
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{ENTRIES_ENV} must be an integer >= 1, got {value!r}")
+    return n
 
 
 def cache_root() -> Path | None:
@@ -104,17 +137,63 @@ def load_entry(
             for n, p in params.items():
                 p.copy_(backup[n])
         return None
+    _touch(folder)
     return info
+
+
+def _touch(folder: Path) -> None:
+    """Mark an entry as just used (its ``info.json`` mtime orders :func:`prune`)."""
+    try:
+        os.utime(folder / "info.json")
+    except OSError:
+        pass
+
+
+def prune(
+    root: Path | None = None, keep: int | None = None, spare: str | None = None
+) -> list[Path]:
+    """Remove all but the ``keep`` (default :func:`max_entries`) most recently used entries
+    (by the mtime of their ``info.json``); the entry ``spare`` (a key) is never removed.
+    Returns the removed folders (none when the cache is off).
+
+    Raises:
+        ValueError: ``keep < 1``, or a bad ``$RPG_SFT_CACHE_ENTRIES``.
+    """
+    keep = max_entries() if keep is None else keep
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep!r}")
+    root = cache_root() if root is None else root
+    if root is None or not root.is_dir():
+        return []
+    entries = []
+    for d in root.iterdir():
+        try:
+            entries.append((d.joinpath("info.json").stat().st_mtime, d.name, d))
+        except OSError:
+            continue  # not an entry (a temporary folder being written, a stray file)
+    entries.sort(reverse=True)  # newest first
+    kept = [e for e in entries if e[1] == spare][:1]
+    removed = []
+    for e in entries:
+        if e[1] == spare:
+            continue
+        if len(kept) < keep:
+            kept.append(e)
+            continue
+        shutil.rmtree(e[2], ignore_errors=True)
+        removed.append(e[2])
+    return removed
 
 
 def store_entry(
     key: str, model: Any, info: dict[str, Any], root: Path | None = None
 ) -> Path | None:
     """Store ``model``'s parameters and ``info`` (must hold ``weights_sha256``) under ``key``;
-    returns the entry's folder (None when the cache is off). An existing entry is kept.
+    returns the entry's folder (None when the cache is off). An existing entry is kept. Then
+    entries beyond :func:`max_entries` are removed, the oldest first (:func:`prune`).
 
     Raises:
-        ValueError: ``info`` without ``weights_sha256``.
+        ValueError: ``info`` without ``weights_sha256``, or a bad ``$RPG_SFT_CACHE_ENTRIES``.
     """
     if "weights_sha256" not in info:
         raise ValueError("info must hold the weights' weights_sha256")
@@ -123,6 +202,7 @@ def store_entry(
         return None
     folder = root / key
     if (folder / "info.json").exists():
+        _touch(folder)
         return folder
     from safetensors.torch import save_file
 
@@ -137,4 +217,5 @@ def store_entry(
         shutil.rmtree(tmp, ignore_errors=True)
         if not (folder / "info.json").exists():
             raise
+    prune(root, spare=key)
     return folder

@@ -75,6 +75,32 @@ def test_cache_off_and_bad_info(tmp_path, monkeypatch):
         sft_cache.store_entry("k", m, {"losses": []})
 
 
+def test_old_entries_are_pruned_least_recently_used_first(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv(sft_cache.ENTRIES_ENV, "3")
+    m = _model(1)
+    info = {"weights_sha256": weights_digest(m)}
+    for i, key in enumerate(("k0", "k1", "k2")):
+        sft_cache.store_entry(key, m, info, root=tmp_path)
+        os.utime(tmp_path / key / "info.json", (100.0 * (i + 1),) * 2)  # k0 oldest
+    assert sft_cache.load_entry("k0", _model(2), weights_digest, root=tmp_path) == info  # used
+    sft_cache.store_entry("k3", m, info, root=tmp_path)  # 4 entries > 3: the LRU one, k1, goes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k0", "k2", "k3"]
+    # the entry just stored is never removed, even when its mtime is the oldest
+    os.utime(tmp_path / "k3" / "info.json", (1.0, 1.0))
+    removed = sft_cache.prune(tmp_path, keep=1, spare="k3")
+    assert sorted(p.name for p in removed) == ["k0", "k2"] and [
+        p.name for p in tmp_path.iterdir()
+    ] == ["k3"]
+    for bad in ("0", "many", "-2"):
+        monkeypatch.setenv(sft_cache.ENTRIES_ENV, bad)
+        with pytest.raises(ValueError, match=f"{sft_cache.ENTRIES_ENV}.*{bad!r}"):
+            sft_cache.max_entries()
+    monkeypatch.delenv(sft_cache.ENTRIES_ENV)
+    assert sft_cache.max_entries() == sft_cache.DEFAULT_ENTRIES == 4
+
+
 # -- the trainer: runs that share the SFT inputs compute the SFT once --------------------------
 
 

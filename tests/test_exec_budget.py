@@ -6,6 +6,7 @@ from __future__ import annotations
 import types
 
 import fixtures_llm
+import numpy as np
 import pytest
 
 from rpg_llm.budget import budget_spent, row_exec_seconds
@@ -15,23 +16,49 @@ from testkit.tiny_trainer import tiny_edit_config
 tiny_model_dir = fixtures_llm.tiny_model_dir
 
 
-def _s(step: int, row: int, t: float):
-    return types.SimpleNamespace(step=step, row=row, exec_time=t)
+def _s(step: int, row: int, t: float, status: str = "ok"):
+    return types.SimpleNamespace(step=step, row=row, exec_time=t, status=status)
 
 
 def test_row_exec_seconds_and_budget_spent_by_hand():
     samples = [_s(0, 0, 50.0), _s(1, 0, 1.0), _s(1, 1, 3.0), _s(2, 0, 2.0), _s(2, 1, 0.5)]
+    samples.append(_s(2, 1, 7.0, "infra"))  # the machine's time, not the script's: left out
     # the step-0 seed (50 s) is in no chain; rows sum their generated samples
-    assert row_exec_seconds(samples) == {0: 3.0, 1: 3.5}
+    totals = row_exec_seconds(samples)
+    assert totals == {0: 3.0, 1: 3.5}
     assert row_exec_seconds(samples, max_step=1) == {0: 1.0, 1: 3.0}
-    assert budget_spent(samples, 2, 3.0)  # 3.0 >= 3.0 and 3.5 >= 3.0
-    assert not budget_spent(samples, 2, 3.2)  # row 0 has used 3.0 < 3.2
-    assert not budget_spent(samples, 3, 1.0)  # row 2 has no sample: 0 s
-    assert not budget_spent([], 1, 1e-9)
+    assert budget_spent(totals, 2, 3.0)  # 3.0 >= 3.0 and 3.5 >= 3.0
+    assert not budget_spent(totals, 2, 3.2)  # row 0 has used 3.0 < 3.2
+    assert not budget_spent(totals, 3, 1.0)  # row 2 has no sample: 0 s
+    assert not budget_spent({}, 1, 1e-9)
     with pytest.raises(ValueError, match="budget_s"):
-        budget_spent(samples, 2, 0.0)
+        budget_spent(totals, 2, 0.0)
     with pytest.raises(ValueError, match="batch_size"):
-        budget_spent(samples, 0, 1.0)
+        budget_spent(totals, 0, 1.0)
+
+
+def test_the_sql_sum_equals_the_python_sum(tmp_path):
+    from rpg_llm.buffer import SampleBuffer
+    from testkit.samples import toy_sample
+
+    rng = np.random.default_rng(3)
+    samples = [
+        toy_sample(
+            i,
+            time_s=float(rng.uniform(0, 5)),
+            run=("a" if i % 5 else "b"),
+            status=("infra" if i % 7 == 3 else "ok"),
+        )
+        for i in range(40)  # steps 0 .. 9, rows 0 .. 3, two runs
+    ]
+    with SampleBuffer(tmp_path / "b.sqlite", capacity=100) as buf:
+        buf.add_many(samples)
+        for k in (0, 1, 4, 9):
+            want = row_exec_seconds([x for x in samples if x.run == "a"], max_step=k)
+            got = buf.exec_seconds_by_row("a", k)
+            assert got.keys() == want.keys()
+            for row in want:
+                assert got[row] == pytest.approx(want[row], rel=1e-12)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), True, "5"])
@@ -94,3 +121,26 @@ def test_a_run_stops_once_every_chain_has_used_its_budget(tiny_model_dir, tmp_pa
         assert [r.step for r in trainer.run()] == [1, 2]
     finally:
         trainer.close()
+
+
+def test_infra_samples_are_in_no_chain(tmp_path):
+    """Found in review: an infra sample's placeholder reward 0.0 became a chain's best score
+    (a chain of infra then error read 0.0 instead of -10)."""
+    from rpg_llm.budget import read_chains
+    from rpg_llm.buffer import SampleBuffer
+    from rpg_llm.runfolder import RunFolder
+    from testkit.samples import toy_sample
+
+    folder = RunFolder(tmp_path / "run")
+    folder.create({"method": "rpg", "task": "toy", "seeded": False})
+    bad = {"status": "error", "score": None}
+    samples = [
+        toy_sample(4, 0.0, 0.0, status="infra", score=None),  # step 1 row 0
+        toy_sample(8, -10.0, 3.0, **bad),  # step 2 row 0
+        toy_sample(5, 0.7, 2.0),  # step 1 row 1
+    ]
+    with SampleBuffer(folder.buffer_path, capacity=10) as buf:
+        buf.add_many(samples)
+    chains = read_chains(folder.root)
+    assert [list(c.best) for c in chains] == [[-10.0], [0.7]]
+    assert [list(c.times) for c in chains] == [[3.0], [2.0]]

@@ -260,8 +260,14 @@ def test_table_at_the_execution_budget_by_hand(tmp_path, tiny_model_dir):
     with open(out / "llm_table_runs.csv") as fh:
         n = {(r["method"], r["seed"]): int(r["n_chains"]) for r in csv.DictReader(fh)}
     assert n[("vanilla", "0")] == 1 and sum(n.values()) == 7
+    with open(out / "llm_table_runs.csv") as fh:  # T_run rpg0 5, rpg1 4, vanilla0 12, 1 7
+        short = {(r["method"], r["seed"]): int(r["n_ended_before_b"]) for r in csv.DictReader(fh)}
+    # chains ending before 5 s: rpg0 row 1 (2 s), rpg1 both (4, 3 s), vanilla0 row 1 (3 s),
+    # vanilla1 row 0 (2 s)
+    assert short == {("rpg", "0"): 1, ("rpg", "1"): 2, ("vanilla", "0"): 1, ("vanilla", "1"): 1}
     md = (out / "llm_table.md").read_text()
     assert "B = 5 s per chain" in md and "churn-auc vanilla 1 of 4" in md
+    assert "step cap first; read at their end): churn-auc rpg 3 of 4" in md
 
 
 def test_a_run_that_spent_its_budget_is_finished(tmp_path, tiny_model_dir):
@@ -282,6 +288,27 @@ def test_a_run_that_spent_its_budget_is_finished(tmp_path, tiny_model_dir):
     assert state("5", 1) == "resume"  # after step 1 row 0 has used 3 s < 5 s
     assert state("6.5", 2) == "resume"  # row 0: 6 s < 6.5 s
     assert state("none", 2) == "resume"  # no budget: 2 of 8 steps
+
+
+def test_a_run_killed_between_its_last_checkpoint_and_metrics_is_finished(tmp_path, tiny_model_dir):
+    """Found in review: killed after step 2's checkpoint, before its metrics line, a run that
+    had spent its budget at step 2 was called "resume" for ever (the trainer resumes after the
+    checkpoint and stops at once, writing no metrics)."""
+    out = tmp_path / "t"
+    argv = [*_cli_base(out, tiny_model_dir), "--exec-budget", "5", "--steps", "8"]
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    spec = lt.RunSpec("churn-auc", "rpg", 0, out)
+    cfg = lt._config_for(s, spec)
+    rows = [[(3.0, 0.5), (3.0, 0.6)], [(6.0, 0.4), (1.0, 0.5)]]  # spent after step 2
+    _make_run(spec.run_dir, cfg.to_dict(), rows, steps=1)
+    assert lt.run_state(spec, cfg) == "resume"
+    ckpt = spec.run_dir / "checkpoints" / "step_000002"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer.pt").write_bytes(b"")
+    from rpg_llm.runfolder import RunFolder
+
+    assert RunFolder(spec.run_dir).latest_checkpoint() == 2
+    assert lt.run_state(spec, cfg) == "done"
 
 
 def test_the_tuning_record_matches_the_settings():

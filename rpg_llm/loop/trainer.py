@@ -230,6 +230,8 @@ class Trainer:
         }
         # exact memoisation needs a deterministic SFT: one process on a CPU
         use_cache = self.policy.device.type == "cpu" and self.dist.world == 1
+        if use_cache:
+            sft_cache.max_entries()  # a bad RPG_SFT_CACHE_ENTRIES fails before the SFT runs
         key = sft_cache.sft_key(weights_digest(self.policy.model), examples, settings)
         cached = sft_cache.load_entry(key, self.policy.model, weights_digest) if use_cache else None
         if cached is not None:
@@ -414,8 +416,8 @@ class Trainer:
         return bool(self.dist.on_main(self._budget_spent_main, step))
 
     def _budget_spent_main(self, step: int) -> bool:
-        samples = [s for s in self.buffer.by_row(min_step=1, run=self.cfg.name) if s.step <= step]
-        return budget_spent(samples, self.cfg.batch_size, float(self.cfg.exec_budget_s))
+        totals = self.buffer.exec_seconds_by_row(self.cfg.name, step)
+        return budget_spent(totals, self.cfg.batch_size, float(self.cfg.exec_budget_s))
 
     # -- one step: Algorithm 1 -----------------------------------------------------------------
     def step(self, step: int) -> StepRecord:
@@ -451,6 +453,9 @@ class Trainer:
         records = []
         for step in range(self.start_step, self.cfg.steps + 1):
             if self.budget_spent(step - 1):
+                if bar is not None:
+                    bar.total = bar.n  # the bar ends full: no step is missing
+                    bar.refresh()
                 if self.dist.main:
                     self._say(self._budget_line(step - 1), bar)
                 break

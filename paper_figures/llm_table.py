@@ -891,6 +891,8 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
     if failed:
         names = "; ".join(f"{p} (log {p.log_path})" for p in failed)
         raise RuntimeError(f"{len(failed)} of {len(specs)} runs did not finish: {names}")
+    if not rows and args.table_only:
+        raise UsageError(f"--out {out}: no task has a finished run of both arms (--table-only)")
     if not rows:
         raise RuntimeError("no task has a finished run of both arms: no table")
     return 0

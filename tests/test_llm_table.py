@@ -370,6 +370,15 @@ def test_usage_errors_exit_2_before_any_run(tmp_path, capsys, tiny_model_dir, ex
     assert not out.exists()  # no run started, nothing written
 
 
+def test_table_only_on_an_empty_out_is_a_usage_error(tmp_path, capsys, tiny_model_dir):
+    """Found by a new-user try: an --out without finished runs ended in a RuntimeError, exit 1."""
+    out = tmp_path / "empty"
+    assert lt.main([*_cli_base(out, tiny_model_dir), "--table-only"]) == 2
+    err = _one_line(capsys)
+    assert f"--out {out}" in err and "no task has a finished run" in err
+    assert not (out / "llm_table.csv").exists()
+
+
 def test_a_folder_with_other_settings_is_a_usage_error(tmp_path, capsys, tiny_model_dir):
     out = tmp_path / "t"
     argv = _cli_base(out, tiny_model_dir)

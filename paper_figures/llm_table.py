@@ -543,14 +543,13 @@ def run_state(spec: RunSpec, cfg) -> str:
 
 def _budget_spent(folder, cfg, done: int) -> bool:
     """Whether the run's steps ``1 .. done`` spent its execution budget (``rpg_llm.budget``)."""
-    from rpg_llm.budget import budget_spent, row_exec_seconds
+    from rpg_llm.budget import budget_spent
     from rpg_llm.buffer import SampleBuffer
 
     if cfg.exec_budget_s is None or done < 1 or not folder.buffer_path.exists():
         return False
     with SampleBuffer(folder.buffer_path, capacity=1) as buf:
-        samples = buf.by_row(min_step=1)  # every run of the folder, as read_chains reads it
-    totals = row_exec_seconds(samples, max_step=done)
+        totals = buf.exec_seconds_by_row(None, done)  # every run of the folder, as read_chains
     return budget_spent(totals, cfg.batch_size, float(cfg.exec_budget_s))
 
 
@@ -689,37 +688,29 @@ def _markdown_document(s: TableSettings, rows: Sequence[TaskRow], avg: float, dr
             "the common final budget B (the smallest final cumulative execution time over the "
             "task's runs, both arms, raised if needed to the slowest first sample of any chain)"
         )
-    left_out = _left_out(s, rows)
+    left_out = _chain_counts(s, rows, lambda x: s.batch_size - int(x["n_chains"]))
+    ended = _chain_counts(s, rows, lambda x: int(x["n_ended_before_b"]))
     return (
         "# RPG vs vanilla, the paper's MLE-Bench table in miniature\n\n"
         f"Mean across chains of the best raw reward within {what}; mean ± s.e. over run seeds; "
         "% improv. = 100 (RPG − vanilla) / |vanilla|.\n\n"
         + table_markdown(rows, avg, dropped)
         + f"\nChains without a value at B: {left_out}.\n"
-        + f"\nChains that ended before B (their run hit the step cap first; read at their "
-        f"end): {_ended_early(s, rows)}.\n" + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
+        + "\nChains that ended before B (their run hit the step cap first; read at their end): "
+        + f"{ended}.\n"
+        + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
     )
 
 
-def _left_out(s: TableSettings, rows: Sequence[TaskRow]) -> str:
-    """Per task and arm, the chains with no sample finished within B, of all chains."""
+def _chain_counts(s: TableSettings, rows: Sequence[TaskRow], count) -> str:
+    """Per task and arm, ``sum(count(run))`` over its per-run rows (chains with no value at B,
+    or that ended before B), written "<task> <arm> k of <all chains>"."""
     parts = []
     for r in rows:
         for m in METHODS:
             runs = [x for x in r.runs if x["method"] == m]
-            missing = sum(s.batch_size - int(x["n_chains"]) for x in runs)
-            parts.append(f"{r.task} {m} {missing} of {s.batch_size * len(runs)}")
-    return "; ".join(parts)
-
-
-def _ended_early(s: TableSettings, rows: Sequence[TaskRow]) -> str:
-    """Per task and arm, the chains whose run ended before they had used B, of all chains."""
-    parts = []
-    for r in rows:
-        for m in METHODS:
-            runs = [x for x in r.runs if x["method"] == m]
-            short = sum(int(x["n_ended_before_b"]) for x in runs)
-            parts.append(f"{r.task} {m} {short} of {s.batch_size * len(runs)}")
+            k = sum(count(x) for x in runs)
+            parts.append(f"{r.task} {m} {k} of {s.batch_size * len(runs)}")
     return "; ".join(parts)
 
 

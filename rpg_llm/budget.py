@@ -32,7 +32,6 @@ __all__ = [
     "read_chains",
     "group_chains",
     "curve",
-    "row_exec_seconds",
     "budget_spent",
     "budget_grid",
     "curve_rows",
@@ -131,23 +130,11 @@ def read_chains(run_dir: str | Path) -> list[Chain]:
     return chains
 
 
-def row_exec_seconds(samples: Sequence, max_step: int | None = None) -> dict[int, float]:
-    """Total measured execution seconds of each chain: ``{row: sum of exec_time}`` over the
-    generated samples (step >= 1, and <= ``max_step`` if given) of ``samples``
-    (``rpg_llm.buffer.Sample``). The seed samples of step 0 belong to no chain, and ``infra``
-    samples (the machine failed, not the script) are in none either, as in :func:`read_chains`;
-    ``SampleBuffer.exec_seconds_by_row`` is the same sum in SQL."""
-    totals: dict[int, float] = defaultdict(float)
-    for s in samples:
-        if s.step >= 1 and s.status != "infra" and (max_step is None or s.step <= max_step):
-            totals[int(s.row)] += float(s.exec_time)
-    return dict(totals)
-
-
 def budget_spent(totals: dict[int, float], batch_size: int, budget_s: float) -> bool:
     """True when every chain (rows ``0 .. batch_size - 1``) has used at least ``budget_s``
-    seconds of measured execution, ``totals`` being :func:`row_exec_seconds` (a row absent
-    from it has used 0 s): the execution-budget stopping rule of ``LoopConfig.exec_budget_s``.
+    seconds of measured execution, ``totals`` being ``SampleBuffer.exec_seconds_by_row`` (a
+    row absent from it has used 0 s): the execution-budget stopping rule of
+    ``LoopConfig.exec_budget_s``.
 
     Raises:
         ValueError: ``batch_size < 1`` or ``budget_s`` not > 0 (both named).

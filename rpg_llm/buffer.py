@@ -261,14 +261,18 @@ class SampleBuffer:
         )
         return [self._sample(r) for r in rows]
 
-    def exec_seconds_by_row(self, run: str, max_step: int) -> dict[int, float]:
-        """``{row: total exec_time}`` of ``run``'s generated samples of steps ``1 .. max_step``
-        (``infra`` samples left out): ``rpg_llm.budget.row_exec_seconds`` as one SQL sum, for
-        the execution-budget stopping rule."""
+    def exec_seconds_by_row(self, run: str | None, max_step: int) -> dict[int, float]:
+        """``{row: total exec_time}``, seconds, of the generated samples of steps
+        ``1 .. max_step`` (of ``run``; None: every run in the buffer, as
+        ``rpg_llm.budget.read_chains`` reads a run folder): each chain's measured execution
+        for the execution-budget stopping rule (``rpg_llm.budget.budget_spent``). The step-0
+        seeds are in no chain and ``infra`` samples (the machine failed, not the script) are
+        left out, as in ``read_chains``."""
+        where, params = self._where(run, None)
+        cond = ("AND" if where else "WHERE") + " step BETWEEN 1 AND ? AND status != 'infra'"
         rows = self._query(
-            "SELECT row, SUM(exec_time) FROM samples WHERE run = ? AND step BETWEEN 1 AND ? "
-            "AND status != 'infra' GROUP BY row",
-            [run, int(max_step)],
+            f"SELECT row, SUM(exec_time) FROM samples{where} {cond} GROUP BY row",
+            [*params, int(max_step)],
         )
         return {int(r): float(t) for r, t in rows}
 

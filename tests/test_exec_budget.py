@@ -9,24 +9,40 @@ import fixtures_llm
 import numpy as np
 import pytest
 
-from rpg_llm.budget import budget_spent, row_exec_seconds
+from rpg_llm.budget import budget_spent
+from rpg_llm.buffer import SampleBuffer
 from rpg_llm.config import LoopConfig, apply_flags
+from testkit.samples import toy_sample
 from testkit.tiny_trainer import tiny_edit_config
 
 tiny_model_dir = fixtures_llm.tiny_model_dir
 
 
-def _s(step: int, row: int, t: float, status: str = "ok"):
-    return types.SimpleNamespace(step=step, row=row, exec_time=t, status=status)
+def _s(i: int, step: int, row: int, t: float, status: str = "ok"):
+    return toy_sample(i, 0.5, t, step=step, row=row, status=status)
 
 
-def test_row_exec_seconds_and_budget_spent_by_hand():
-    samples = [_s(0, 0, 50.0), _s(1, 0, 1.0), _s(1, 1, 3.0), _s(2, 0, 2.0), _s(2, 1, 0.5)]
-    samples.append(_s(2, 1, 7.0, "infra"))  # the machine's time, not the script's: left out
-    # the step-0 seed (50 s) is in no chain; rows sum their generated samples
-    totals = row_exec_seconds(samples)
-    assert totals == {0: 3.0, 1: 3.5}
-    assert row_exec_seconds(samples, max_step=1) == {0: 1.0, 1: 3.0}
+def _python_sum(samples, max_step: int) -> dict[int, float]:
+    """The reference: each row's exec_time over steps 1 .. max_step, infra left out."""
+    totals: dict[int, float] = {}
+    for s in samples:
+        if 1 <= s.step <= max_step and s.status != "infra":
+            totals[s.row] = totals.get(s.row, 0.0) + s.exec_time
+    return totals
+
+
+def test_row_exec_seconds_and_budget_spent_by_hand(tmp_path):
+    samples = [_s(0, 0, 0, 50.0), _s(1, 1, 0, 1.0), _s(2, 1, 1, 3.0), _s(3, 2, 0, 2.0)]
+    samples.append(_s(4, 2, 1, 0.5))
+    samples.append(_s(5, 2, 1, 7.0, "infra"))  # the machine's time, not the script's: left out
+    with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
+        buf.add_many(samples)
+        # the step-0 seed (50 s) is in no chain; rows sum their generated samples
+        totals = buf.exec_seconds_by_row("r", 2)
+        assert totals == {0: 3.0, 1: 3.5}
+        assert buf.exec_seconds_by_row("r", 1) == {0: 1.0, 1: 3.0}
+        assert buf.exec_seconds_by_row(None, 2) == totals  # one run: the same
+        assert buf.exec_seconds_by_row("other", 2) == {}
     assert budget_spent(totals, 2, 3.0)  # 3.0 >= 3.0 and 3.5 >= 3.0
     assert not budget_spent(totals, 2, 3.2)  # row 0 has used 3.0 < 3.2
     assert not budget_spent(totals, 3, 1.0)  # row 2 has no sample: 0 s
@@ -38,9 +54,6 @@ def test_row_exec_seconds_and_budget_spent_by_hand():
 
 
 def test_the_sql_sum_equals_the_python_sum(tmp_path):
-    from rpg_llm.buffer import SampleBuffer
-    from testkit.samples import toy_sample
-
     rng = np.random.default_rng(3)
     samples = [
         toy_sample(
@@ -54,11 +67,12 @@ def test_the_sql_sum_equals_the_python_sum(tmp_path):
     with SampleBuffer(tmp_path / "b.sqlite", capacity=100) as buf:
         buf.add_many(samples)
         for k in (0, 1, 4, 9):
-            want = row_exec_seconds([x for x in samples if x.run == "a"], max_step=k)
-            got = buf.exec_seconds_by_row("a", k)
-            assert got.keys() == want.keys()
-            for row in want:
-                assert got[row] == pytest.approx(want[row], rel=1e-12)
+            for run in ("a", None):
+                want = _python_sum([x for x in samples if run in (None, x.run)], k)
+                got = buf.exec_seconds_by_row(run, k)
+                assert got.keys() == want.keys()
+                for row in want:
+                    assert got[row] == pytest.approx(want[row], rel=1e-12)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), True, "5"])
@@ -127,9 +141,7 @@ def test_infra_samples_are_in_no_chain(tmp_path):
     """Found in review: an infra sample's placeholder reward 0.0 became a chain's best score
     (a chain of infra then error read 0.0 instead of -10)."""
     from rpg_llm.budget import read_chains
-    from rpg_llm.buffer import SampleBuffer
     from rpg_llm.runfolder import RunFolder
-    from testkit.samples import toy_sample
 
     folder = RunFolder(tmp_path / "run")
     folder.create({"method": "rpg", "task": "toy", "seeded": False})

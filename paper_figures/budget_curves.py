@@ -5,9 +5,10 @@
 The arithmetic (chains, mean and standard error across chains per budget) is
 :mod:`rpg_llm.budget`; this module only plots it. Per arm (the run's method and whether it was
 seeded) the mean across chains and its standard error at every budget; RPG and vanilla runs share
-one plot. Outputs ``budget_curves.png``, ``.pdf`` and ``.csv`` (columns ``label, budget_s,
-mean_best, se, n_chains, n_active``: chains with a value, and chains that have not yet used up
-their time).
+one plot, above a panel of how many chains each mean averages (it changes when a chain that had
+no valid sample yet gets one). Outputs ``budget_curves.png``, ``.pdf`` and ``.csv`` (columns
+``label, budget_s, mean_best, se, n_chains, n_active``: chains with a value, and chains that
+have not yet used up their time).
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ def budget_curves(
         out if out is not None else (Path(run_dirs[0]) / "figures" if len(run_dirs) == 1 else None),
         "budget_curves",
     )
-    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    fig, (ax, ax_n) = plt.subplots(
+        2, 1, figsize=(6.0, 5.0), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
     rows = []
     for label in sorted(groups):
         cs = groups[label]
@@ -85,8 +88,11 @@ def budget_curves(
         )
         lo, hi = res["mean_best"] - res["se"], res["mean_best"] + res["se"]
         ax.fill_between(budgets, lo, hi, step="post", alpha=0.2, color=color)
+        ax_n.step(budgets, res["n_chains"], where="post", color=color, linestyle=style)
         rows.extend(curve_rows(label, budgets, res))
-    ax.set_xlabel("cumulative execution time per chain (s)")
+    ax_n.set_xlabel("cumulative execution time per chain (s)")
+    ax_n.set_ylabel("chains in\nthe mean")
+    ax_n.grid(alpha=0.3)
     ax.set_ylabel(y_label(run_dirs))
     ax.set_title("Budget curves (mean ± s.e. across chains)")
     ax.legend(fontsize=8)

@@ -8,6 +8,8 @@ per step, capacity 10 B, deterministic, cycling when short.
 Durability: one transaction per ``add_many`` (``BEGIN IMMEDIATE`` ... ``COMMIT``) with
 ``synchronous=FULL``, so a process killed at any moment (even SIGKILL) loses no committed sample
 and leaves no partial row; history is never deleted, ``capacity`` only limits the active set.
+A sample is identified by ``(run, step, row)``: the database refuses a second one (a UNIQUE
+index), so two processes replaying the same step cannot both store it.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ CREATE TABLE IF NOT EXISTS samples (
 );
 CREATE INDEX IF NOT EXISTS samples_run_id ON samples (run, id);
 CREATE INDEX IF NOT EXISTS samples_run_task_id ON samples (run, task, id);
-CREATE INDEX IF NOT EXISTS samples_run_step_row ON samples (run, step, row);
+DROP INDEX IF EXISTS samples_run_step_row;
+CREATE UNIQUE INDEX IF NOT EXISTS samples_run_step_row_unique ON samples (run, step, row);
 """
 
 
@@ -113,8 +116,8 @@ class SampleBuffer:
         when given) by insertion order; DESIGN section 7 uses 10 B.  Older samples stay stored.
 
     Raises:
-      ValueError: ``capacity < 1``.
-      sqlite3.DatabaseError: the file is not a usable SQLite database.
+      ValueError: ``capacity < 1``; the file is not a usable SQLite sample buffer, or it holds
+        two samples with the same ``(run, step, row)`` (the message names the file).
 
     Thread-safe (one connection behind a lock); several processes may read while one writes.
     """
@@ -129,9 +132,18 @@ class SampleBuffer:
         self._db = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=30.0
         )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.IntegrityError as exc:
+            self._db.close()
+            raise ValueError(
+                f"{self.path} holds two samples with the same (run, step, row): {exc}"
+            ) from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            self._db.close()
+            raise ValueError(f"{self.path} is not a usable sample buffer: {exc}") from None
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -139,7 +151,9 @@ class SampleBuffer:
         """Store ``samples`` in one transaction; returns their new ids (increasing, in order).
 
         Raises:
-          ValueError: a sample is malformed (checked for all samples before anything is written).
+          ValueError: a sample is malformed (checked for all samples before anything is
+            written), or the buffer already holds a sample with the same ``(run, step, row)``
+            (then nothing of ``samples`` is written).
         """
         samples = list(samples)
         for s in samples:
@@ -159,6 +173,12 @@ class SampleBuffer:
                     cur.execute(sql, values)
                     ids.append(int(cur.lastrowid))
                 cur.execute("COMMIT")
+            except sqlite3.IntegrityError:
+                cur.execute("ROLLBACK")
+                raise ValueError(
+                    f"{self.path} already holds run {s.run!r} step {s.step} row {s.row}; "
+                    "a sample is stored once"
+                ) from None
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise

@@ -16,7 +16,6 @@ script and prints its outcome, delta, CPU seconds and score (exit 1 when the out
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Sequence
 from concurrent.futures import BrokenExecutor
@@ -26,12 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_llm.rewards import MAX_TIMEOUT_S
 from rpg_llm.sandbox import KINDS, BatchExecutor, LocalExecutor, Sandbox, make_sandbox
 from rpg_llm.sandbox.base import SandboxError
 from rpg_llm.sandbox.subprocess_backend import interpreter_paths
 
 if TYPE_CHECKING:  # pragma: no cover
     from rpg_llm.tasks import Competition
+    from rpg_llm.tasks.grading import GradingLimits
 
 OUTCOME_STATUSES = ("ok", "timeout", "oom", "error", "invalid", "infra")
 
@@ -73,20 +74,6 @@ def infra_outcome(reason: str, delta: float = 0.0, cpu_s: float | None = None) -
     return Outcome("infra", float(delta), None, INFRA_REWARD, False, text, cpu_s)
 
 
-def grading_setup_errors() -> tuple[type[BaseException], ...]:
-    """The exception types of ``grade_submission`` that mean "this competition cannot be graded".
-
-    ``rpg_llm.tasks.grading.GradingSetupError`` (looked up by name, so this module works before
-    and after that class exists); an empty tuple when it does not exist yet.
-    """
-    try:
-        from rpg_llm.tasks import grading
-    except ImportError:  # pragma: no cover - tasks always ships with rpg_llm
-        return ()
-    cls = getattr(grading, "GradingSetupError", None)
-    return (cls,) if isinstance(cls, type) and issubclass(cls, BaseException) else ()
-
-
 def hidden_paths(comp: Competition) -> list[Path]:
     """Host paths a script for ``comp`` must not see: the whole data root (every competition's
     ``private/`` and ``raw/`` folders and other competitions' data), the private folder and the
@@ -112,17 +99,27 @@ def hidden_paths(comp: Competition) -> list[Path]:
     return hide
 
 
-def run_and_grade(code: str, comp: Competition, sandbox: Sandbox, timeout_s: float) -> Outcome:
+def run_and_grade(
+    code: str,
+    comp: Competition,
+    sandbox: Sandbox,
+    timeout_s: float,
+    grading: GradingLimits | None = None,
+) -> Outcome:
     """Execute ``code`` on ``comp``'s public data and grade its ``submission.csv``.
 
     The competition's data root and private answers are hidden from the child on backends that
-    can hide paths (``hidden_paths``).  The working folder is deleted afterwards.
+    can hide paths (``hidden_paths``).  The submission is read as an untrusted plain file and
+    graded within ``grading``'s size, time and memory limits (``grade_submission``): a link,
+    FIFO, device, folder or oversized file, or grading past a limit, makes the sample
+    ``"invalid"`` with the reason.  The working folder is deleted afterwards.
 
     Args:
       code: the solution script (Python source).
       comp: a loaded ``rpg_llm.tasks.Competition``.
       sandbox: any ``Sandbox`` (``make_sandbox(...)``).
       timeout_s: wall-clock limit, seconds.
+      grading: bounds on grading (default ``GradingLimits()``).
 
     Returns:
       ``Outcome``; status ``"infra"`` (never -10) when the sandbox failed to start
@@ -134,6 +131,7 @@ def run_and_grade(code: str, comp: Competition, sandbox: Sandbox, timeout_s: flo
       ValueError: bad ``code`` / ``timeout_s`` (before launching).
     """
     from rpg_llm.tasks import INVALID_REWARD, grade_submission, raw_reward
+    from rpg_llm.tasks.grading import GradingSetupError
 
     try:
         res = sandbox.run(code, Path(comp.public_dir), timeout_s, hide=hidden_paths(comp))
@@ -145,12 +143,12 @@ def run_and_grade(code: str, comp: Competition, sandbox: Sandbox, timeout_s: flo
             return Outcome(
                 res.status, res.delta, None, INVALID_REWARD, False, res.outcome_text, cpu
             )
-        if not res.submission_path.is_file():
+        if not res.submission_path.exists() and not res.submission_path.is_symlink():
             text = "invalid: the script finished without writing submission.csv"
             return Outcome("invalid", res.delta, None, INVALID_REWARD, False, text, cpu)
         try:
-            report = grade_submission(comp, res.submission_path)
-        except grading_setup_errors() as exc:
+            report = grade_submission(comp, res.submission_path, grading)
+        except GradingSetupError as exc:
             return infra_outcome(f"grader set-up failed: {exc}", res.delta, cpu)
         if not report.valid or report.score is None:
             text = f"invalid submission: {report.reason}"
@@ -171,6 +169,7 @@ def run_batch(
     sandbox: Sandbox,
     timeout_s: float,
     executor: BatchExecutor | None = None,
+    grading: GradingLimits | None = None,
 ) -> list[Outcome]:
     """``run_and_grade`` over a batch in parallel, results in the order of ``codes``.
 
@@ -179,6 +178,7 @@ def run_batch(
       comp, sandbox, timeout_s: as in ``run_and_grade``.
       executor: ``LocalExecutor`` (default: one with ``os.cpu_count()`` process workers, shut down
         afterwards) or ``RayExecutor``.
+      grading: bounds on grading each submission (default ``GradingLimits()``).
 
     Returns:
       One ``Outcome`` per code; a code whose executor worker crashed (``BrokenProcessPool``, a
@@ -193,9 +193,9 @@ def run_batch(
     for i, code in enumerate(codes):
         if not isinstance(code, str):
             raise ValueError(f"codes[{i}] must be a str, got {type(code).__name__}")
-    if not isinstance(timeout_s, int | float) or not timeout_s > 0 or math.isinf(timeout_s):
-        raise ValueError(f"timeout_s must be a positive finite number, got {timeout_s!r}")
-    fn = partial(run_and_grade, comp=comp, sandbox=sandbox, timeout_s=timeout_s)
+    if not isinstance(timeout_s, int | float) or not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise ValueError(f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}] seconds, got {timeout_s!r}")
+    fn = partial(run_and_grade, comp=comp, sandbox=sandbox, timeout_s=timeout_s, grading=grading)
     if executor is None:
         with LocalExecutor() as own:
             return _settle(own.map_settled(fn, codes))
@@ -252,8 +252,17 @@ def _main(argv: Sequence[str] | None) -> int:
         raise UsageError(f"script {str(args.script)!r} not found")
     if not args.script.is_file():
         raise UsageError(f"script {str(args.script)!r} is a folder, not a Python file")
-    if not args.timeout > 0 or math.isinf(args.timeout):
-        raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:
+        raise UsageError(
+            f"--timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds (24 h), "
+            f"got {args.timeout}"
+        )
+    try:
+        code = args.script.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"script {str(args.script)!r} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from None
     from rpg_llm.tasks import load_competition
     from rpg_llm.tasks.cliflags import mlebench_dir_arg
 
@@ -266,7 +275,7 @@ def _main(argv: Sequence[str] | None) -> int:
         sandbox = make_sandbox(args.sandbox)
     except ValueError as exc:
         raise UsageError(f"--sandbox {args.sandbox}: {str(exc).splitlines()[0]}") from exc
-    outcome = run_and_grade(args.script.read_text(), comp, sandbox, args.timeout)
+    outcome = run_and_grade(code, comp, sandbox, args.timeout)
     if args.json:
         print(json.dumps({"task": comp.id, "sandbox": sandbox.name, **asdict(outcome)}))
     else:

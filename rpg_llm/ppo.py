@@ -41,6 +41,7 @@ import contextlib
 import copy
 import math
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -650,8 +651,11 @@ class PPOTrainer:
             target_modules="all-linear",
             lora_dropout=0.0,
         )
-        actor = get_peft_model(actor, LoraConfig(task_type="CAUSAL_LM", **cfg))
-        critic.backbone = get_peft_model(critic.backbone, LoraConfig(**cfg))
+        with warnings.catch_warnings():
+            # peft reads transformers' deprecated ``is_gradient_checkpointing`` alias
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+            actor = get_peft_model(actor, LoraConfig(task_type="CAUSAL_LM", **cfg))
+            critic.backbone = get_peft_model(critic.backbone, LoraConfig(**cfg))
         critic.value_head.requires_grad_(True)
         return actor, critic
 

@@ -39,6 +39,9 @@ TIME_MEASURES = ("wall", "cpu")
 INVALID_REWARD = -10.0
 TIME_FLOOR_S = 0.1
 IMPROVEMENT_BONUS = 0.5
+MAX_TIMEOUT_S = 24 * 3600.0
+"""Ceiling on a script's time limit, seconds: a larger one is a usage error (an invalid sample
+is charged the full timeout in the RPG arm, so an absurd limit gives absurd rewards)."""
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,11 @@ class RewardConfig:
             if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite number, got {v!r}")
             object.__setattr__(self, name, float(v))  # the one cast
-        if not self.timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0 seconds, got {self.timeout_s!r}")
+        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise ValueError(
+                f"timeout_s must be > 0 and at most {MAX_TIMEOUT_S:g} seconds (24 h), "
+                f"got {self.timeout_s!r}"
+            )
         if self.c < 0 or self.bonus < 0 or self.time_floor_s <= 0:
             raise ValueError(
                 f"need c >= 0, bonus >= 0, time_floor_s > 0; got {self.c}, {self.bonus}, "

@@ -256,10 +256,19 @@ def _resume_config(args: Any) -> Any:
         ]
         raise UsageError(f"--resume keeps the run's settings; drop {', '.join(names)}")
     try:
-        cfg = LoopConfig.from_dict(RunFolder(args.resume).load_config())
-        return apply_flags(cfg, values)
+        folder = RunFolder(args.resume)
+        cfg = LoopConfig.from_dict(folder.load_config())
+        folder.check_resumable()
+        cfg = apply_flags(cfg, values)
     except ValueError as err:
         raise UsageError(f"--resume {args.resume}: {err}") from None
+    done = folder.latest_checkpoint() or 0
+    if cfg.steps < done:
+        raise UsageError(
+            f"--steps {cfg.steps}: the run in {args.resume} already has {done} checkpointed "
+            f"steps; give --steps above {done} to extend it"
+        )
+    return cfg
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -287,15 +296,38 @@ def _main(argv: Sequence[str] | None) -> int:
         resume = False
     if rank == 0:
         print(f"run folder: {run_dir}", flush=True)
+    if resume and _finished(run_dir, cfg.steps):
+        if rank == 0:
+            print(
+                f"nothing to run: the run has finished its {cfg.steps} steps "
+                f"(give --steps above {cfg.steps} to extend it)"
+            )
+        return 0
     t0 = time.perf_counter()
-    records = train(
-        cfg, run_dir, resume=resume, progress=not args.no_progress, on_stage=_fault_hook()
-    )
+    from transformers.utils import logging as hf_logging
+
+    from rpg_llm.runfolder import RunFolderBusy
+
+    hf_logging.disable_progress_bar()  # the weight-loading bar; the step lines say what happens
+
+    try:
+        records = train(
+            cfg, run_dir, resume=resume, progress=not args.no_progress, on_stage=_fault_hook()
+        )
+    except RunFolderBusy as exc:
+        raise UsageError(str(exc)) from None
     wall = time.perf_counter() - t0
     if rank != 0:
         return 0
     _report(records, wall, run_dir, plot=not args.no_plot, method=cfg.method)
     return 0
+
+
+def _finished(run_dir: Path, steps: int) -> bool:
+    """True when ``run_dir`` has a checkpoint of step ``steps`` (the run's last step)."""
+    from rpg_llm.runfolder import RunFolder
+
+    return (RunFolder(run_dir).latest_checkpoint() or 0) >= steps
 
 
 def summary_line(last: Any, method: str) -> str:

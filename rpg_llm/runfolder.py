@@ -16,21 +16,28 @@ Layout::
       samples.csv            one line per sample (step, row, parent, status, score, rewards, ...)
       scripts/step_N/row_R.py  every executed (or rejected) script, as the policy wrote it
       figures/               budget-curve plot (PNG, PDF) and its CSV
+      .lock                  held (``flock``) by the process that runs or resumes the run
 
 Writes are atomic (temporary file, then rename), so a SIGKILL leaves either the old or the new
-version of a file, never half of one.
+version of a file, never half of one.  One process at a time: :meth:`RunFolder.lock` takes an
+exclusive ``flock`` on ``.lock`` (released by the kernel when the process ends, however it ends)
+and a second process is refused with :class:`RunFolderBusy` naming the holder.
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import os
 import shutil
+import socket
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunFolder", "write_json_atomic", "SAMPLES_CSV_FIELDS"]
+__all__ = ["RunFolder", "RunFolderBusy", "RunLock", "write_json_atomic", "SAMPLES_CSV_FIELDS"]
 
 SAMPLES_CSV_FIELDS = [
     "step",
@@ -45,6 +52,57 @@ SAMPLES_CSV_FIELDS = [
     "tokens",
     "script",
 ]
+
+
+class RunFolderBusy(ValueError):
+    """Another process holds the run folder's lock (it is running or resuming that run)."""
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``RUN_DIR/.lock`` (see :meth:`RunFolder.lock`); a context manager.
+
+    The file holds the holder's pid, host and start time, for the message a second process gets.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        """Take the lock without waiting.
+
+        Raises:
+            RunFolderBusy: another process holds it; the message names its pid and host.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 400, 0).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise RunFolderBusy(
+                f"run folder {self.path.parent} is in use by {holder}; wait for it to end or stop "
+                "it first"
+            ) from None
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Let the lock go (idempotent)."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self if self._fd is not None else self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -130,10 +188,59 @@ class RunFolder:
         write_json_atomic(self.config_path, config)
 
     def load_config(self) -> dict[str, Any]:
-        """Read ``config.json``. Raises ValueError if the folder holds no run."""
+        """Read ``config.json``.
+
+        Raises:
+            ValueError: the folder holds no run, or ``config.json`` is not a JSON object (the
+                message names the file).
+        """
         if not self.config_path.exists():
             raise ValueError(f"{self.root} is not a run folder (no config.json)")
-        return json.loads(self.config_path.read_text())
+        try:
+            config = json.loads(self.config_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{self.config_path} is not valid JSON: {exc}") from None
+        if not isinstance(config, dict):
+            raise ValueError(
+                f"{self.config_path} must hold a JSON object of settings, not a "
+                f"{type(config).__name__}"
+            )
+        return config
+
+    def lock(self) -> RunLock:
+        """The folder's lock, taken: use as ``with folder.lock(): ...``.
+
+        Raises:
+            RunFolderBusy: another process runs or resumes this folder.
+        """
+        return RunLock(self.root / ".lock").acquire()
+
+    def check_resumable(self) -> None:
+        """Check, before any model loads, that a resume can read the run's buffer.
+
+        Raises:
+            ValueError: naming ``buffer.sqlite``: missing or empty while steps were checkpointed,
+                or not a readable SQLite database with a ``samples`` table.
+        """
+        path = self.buffer_path
+        done = self.latest_checkpoint()
+        size = path.stat().st_size if path.exists() else None
+        if not size:
+            if done is not None:
+                state = "missing" if size is None else "empty (0 bytes)"
+                raise ValueError(
+                    f"{path} is {state} but step {done} was checkpointed: the samples are lost; "
+                    "start a new run"
+                )
+            return
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                db.execute("SELECT count(*) FROM samples").fetchone()
+            finally:
+                db.close()
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path} is not a readable sample buffer: {exc}") from None
 
     # -- metrics --------------------------------------------------------------------------------
     def append_metrics(self, record: dict[str, Any]) -> None:

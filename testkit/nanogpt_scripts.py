@@ -8,9 +8,31 @@ in the test process so that its held-out loss can be computed another way.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import torch
 
 STEPS = 2
+
+
+def small_settings(**changes: Any) -> Any:
+    """Small NanoGPT test settings (val every step, a (4, 16) evaluation batch, 120 s limits,
+    target loss 5.0), with ``changes`` (``NanoGPTSettings`` fields) applied."""
+    from rpg_llm.tasks.nanogpt.settings import cpu_settings
+
+    return replace(
+        cpu_settings(target_loss=5.0),
+        val_every=1,
+        seq_len=16,
+        eval_batch=4,
+        val_tokens=4 * 16 * 2,
+        heldout_tokens=4 * 16 * 3,
+        timeout_s=120.0,
+        eval_timeout_s=120.0,
+        **changes,
+    )
+
 
 _HEADER = """
 import os, sys

@@ -106,3 +106,18 @@ def test_cli_repeated_run_folder_exits_2(tmp_path, capsys):
     err = _cli_error(capsys)
     assert f"RUN_DIR {a} is given twice" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_figure_shows_how_many_chains_each_mean_averages(tmp_path, monkeypatch):
+    import paper_figures.budget_curves as bc
+
+    figs = []
+    real_save = bc.save_figure
+    monkeypatch.setattr(bc, "save_figure", lambda fig, *a: figs.append(fig) or real_save(fig, *a))
+    # chain 1 gets its first value at 2 s: the mean drops from 0.9 to 0.5 as it enters
+    d = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.9)], 1: [(2.0, 0.1)]})
+    budget_curves([d], tmp_path / "out", points=5)  # budgets 0, 0.5, 1, 1.5, 2
+    top, counts = figs[0].axes
+    np.testing.assert_allclose(top.lines[0].get_ydata(), [np.nan, np.nan, 0.9, 0.9, 0.5])
+    np.testing.assert_array_equal(counts.lines[0].get_ydata(), [0, 0, 1, 1, 2])
+    assert counts.get_ylabel() == "chains in\nthe mean"

@@ -9,7 +9,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from rpg_llm.execute import INFRA_REWARD, Outcome, main, run_and_grade, run_batch
@@ -18,66 +17,26 @@ from rpg_llm.sandbox.bwrap_backend import bwrap_path, bwrap_works
 
 pytest.importorskip("rpg_llm.tasks", reason="rpg_llm.tasks (competitions) not available")
 from rpg_llm.tasks import INVALID_REWARD, load_competition  # noqa: E402
+from testkit.toy_competition import (  # noqa: E402
+    ACCURACY,
+    ANSWERS,
+    MAE,
+    PERFECT,
+    build_competition,
+)
 
 TESTS_DIR = Path(__file__).resolve().parent
-ANSWERS = [0, 1, 1, 0, 1, 0, 0, 1]
 # Every timeout is either far beyond what the script needs (so a slow machine, e.g. pandas taking
 # seconds to import under load, cannot turn "error" into "timeout") or, for the timeout case, far
 # below what it needs (sleep 600 s): no status depends on a timeout racing an import.
 LONG = 600.0
 
 
-def toy_accuracy(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
-    """Grader of the toy competition: fraction of ids whose label matches."""
-    if list(submission.columns) != ["id", "label"] or len(submission) != len(answers):
-        raise ValueError("submission must have columns id,label and one row per test id")
-    merged = answers.merge(submission, on="id", suffixes=("_true", "_pred"))
-    return float((merged["label_true"] == merged["label_pred"]).mean())
-
-
-def toy_mae(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
-    """Grader of the lower-is-better toy: mean absolute error of ``label``."""
-    merged = answers.merge(submission, on="id", suffixes=("_true", "_pred"))
-    return float((merged["label_true"] - merged["label_pred"]).abs().mean())
-
-
-def build_competition(root: Path, comp_id: str, grade_fn: str, lower: bool, board=None) -> None:
-    comp = root / comp_id
-    pub, priv = comp / "prepared" / "public", comp / "prepared" / "private"
-    pub.mkdir(parents=True)
-    priv.mkdir(parents=True)
-    ids = list(range(len(ANSWERS)))
-    pd.DataFrame({"id": ids, "x": [2 * a + 0.1 * i for i, a in enumerate(ANSWERS)]}).to_csv(
-        pub / "test.csv", index=False
-    )
-    pd.DataFrame({"id": ids, "label": 0}).to_csv(pub / "sample_submission.csv", index=False)
-    pd.DataFrame({"id": ids, "label": ANSWERS}).to_csv(priv / "answers.csv", index=False)
-    (comp / "description.md").write_text("Predict label from x.\n")
-    config = {
-        "id": comp_id,
-        "name": comp_id,
-        "description": "description.md",
-        "lower_is_better": lower,
-        "grader": {"name": grade_fn.split(":")[1], "grade_fn": grade_fn},
-        "dataset": {
-            "answers": f"{comp_id}/prepared/private/answers.csv",
-            "sample_submission": f"{comp_id}/prepared/public/sample_submission.csv",
-        },
-    }
-    (comp / "config.yaml").write_text(json.dumps(config))  # JSON is valid YAML
-    if board is not None:
-        pd.DataFrame({"teamName": [f"t{i}" for i in range(len(board))], "score": board}).to_csv(
-            comp / "leaderboard.csv", index=False
-        )
-
-
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("competitions")
-    build_competition(root, "toy", "test_execute:toy_accuracy", lower=False)
-    build_competition(
-        root, "toy-mae", "test_execute:toy_mae", lower=True, board=[0.0, 0.25, 0.5, 0.75]
-    )
+    build_competition(root, "toy", ACCURACY, lower=False)
+    build_competition(root, "toy-mae", MAE, lower=True, board=[0.0, 0.25, 0.5, 0.75])
     return root
 
 
@@ -91,12 +50,6 @@ def sandbox():
     return make_sandbox("auto", nproc=32)
 
 
-PERFECT = """
-import os, pandas as pd
-test = pd.read_csv(os.path.join("input", "test.csv"))
-pd.DataFrame({"id": test["id"], "label": (test["x"] > 1).astype(int)}).to_csv(
-    "submission.csv", index=False)
-"""
 HALF = """
 import pandas as pd
 test = pd.read_csv("input/test.csv")
@@ -203,7 +156,7 @@ def test_run_batch_keeps_order_and_workdirs_are_removed(comp, sandbox, tmp_path)
 
 
 def _cli(args, data_root):
-    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR)}
+    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)}  # testkit.toy_competition
     return subprocess.run(
         [sys.executable, "-m", "rpg_llm.execute", *args, "--data-root", str(data_root)],
         capture_output=True,
@@ -297,24 +250,13 @@ def test_oserror_launching_is_infra(comp, tmp_path):
     _assert_infra(run_and_grade("print(1)\n", comp, sb, LONG), "No such file or directory")
 
 
-def test_grading_setup_error_is_infra(comp, sandbox, monkeypatch):
-    from rpg_llm.tasks import grading
-
-    # the MLE-Bench side adds GradingSetupError(ValueError); until it exists, define it here
-    cls = getattr(grading, "GradingSetupError", None)
-    if cls is None:
-        cls = type("GradingSetupError", (ValueError,), {})
-        monkeypatch.setattr(grading, "GradingSetupError", cls, raising=False)
-
-    def broken(comp_, path):
-        raise cls(f"competition {comp_.id!r}: answers file not found")
-
-    monkeypatch.setattr(grading, "grade_submission", broken)
-    import rpg_llm.tasks as tasks
-
-    monkeypatch.setattr(tasks, "grade_submission", broken)
+def test_grading_setup_error_is_infra(tmp_path, sandbox):
+    build_competition(tmp_path, "toy-lost", ACCURACY, lower=False)
+    comp = load_competition("toy-lost", tmp_path)
+    answers = tmp_path / "toy-lost" / "prepared" / "private" / "answers.csv"
+    answers.unlink()  # lost after loading: the competition cannot be graded
     out = run_and_grade(textwrap.dedent(PERFECT), comp, sandbox, LONG)
-    _assert_infra(out, "grader set-up failed: competition 'toy': answers file not found")
+    _assert_infra(out, f"grader set-up failed: competition 'toy-lost': answers file {answers}")
     assert out.delta > 0 and out.cpu_s is not None  # the script did run
 
 

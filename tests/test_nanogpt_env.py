@@ -25,16 +25,7 @@ from testkit import nanogpt_scripts as scripts
 pytestmark = pytest.mark.slow  # each attempt starts torchrun and a sandboxed evaluation
 
 KIND = "bwrap" if bwrap_works() else "subprocess"
-TEST_SETTINGS = replace(
-    cpu_settings(target_loss=5.0),
-    val_every=1,
-    seq_len=16,
-    eval_batch=4,
-    val_tokens=4 * 16 * 2,
-    heldout_tokens=4 * 16 * 3,
-    timeout_s=120.0,
-    eval_timeout_s=120.0,
-)
+TEST_SETTINGS = scripts.small_settings()
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from rpg_llm.sandbox.bwrap_backend import bwrap_path, bwrap_works
 from rpg_llm.sandbox.docker_backend import _parse_ts
 from rpg_llm.sandbox.identity import is_root
 from rpg_llm.sandbox.process import CappedStream
+from rpg_llm.sandbox.subprocess_backend import interpreter_paths
 
 # --- traceback parsing and classification ---------------------------------------------------------
 
@@ -330,9 +332,12 @@ def test_bwrap_tmp_and_shm_are_private_and_writable(tmp_path):
     res = make_sandbox("bwrap").run(code, tmp_path, 600)
     try:
         assert res.status == "ok", res.stderr
-        # sticky and world-writable, and empty but for the probe (and, in /tmp, the folder the
-        # working folder is bound under): nothing of the host's
-        tmp = sorted({"probe", res.workdir.relative_to("/tmp").parts[0]})
+        # sticky and world-writable, and empty but for the probe and, in /tmp, the folders bound
+        # under it: the working folder's and the interpreter's when it lives under /tmp (a
+        # virtualenv there): nothing else of the host's
+        bound = [res.workdir, *map(Path, interpreter_paths(sys.executable))]
+        tops = {p.relative_to("/tmp").parts[0] for p in bound if Path("/tmp") in p.parents}
+        tmp = sorted({"probe", *tops})
         assert res.stdout.splitlines() == [f"/tmp 0o1777 {tmp}", "/dev/shm 0o1777 ['probe']"]
     finally:
         res.cleanup()

@@ -94,8 +94,8 @@ class StepRecord:
         edits = f", edits {a['changed']}/{a['edit']} changing a value" if a.get("edit") else ""
         return (
             f"step {self.step}/{steps}: valid {self.valid_fraction:.2f}{edits}, capped at the "
-            f"token cap {self.capped}/{batch_size}, {reward}, best generated score {best}{infra}"
-            + (" (replayed)" if self.replayed else "")
+            f"token cap {self.capped}/{batch_size}, {reward}, "
+            f"best generated raw reward {best}{infra}" + (" (replayed)" if self.replayed else "")
         )
 
 

@@ -47,6 +47,7 @@ from rpg_llm.loop.recording import Recorder, StepRecord, step_record
 from rpg_llm.loop.rollout import Rollout, generate_rollout, make_prompts
 from rpg_llm.loop.update import ppo_update, trainable_rows
 from rpg_llm.runfolder import RunFolder
+from rpg_llm.sandbox.workdir import remove_stale_workdirs
 
 __all__ = ["Trainer", "train", "SEED_STEP", "weights_digest", "answer_counts"]
 
@@ -89,13 +90,21 @@ class Trainer:
         self.progress = progress
         self.on_stage = on_stage or (lambda step, stage: None)
         self.comp = self.backends.load_task(cfg.task, cfg.data_root)
-        if not resume:
+        if resume:
+            self.folder.load_config()
+            self.folder.check_resumable()  # before the model loads
+        else:
             self._create_folder()
         self.recorder = Recorder(self.folder, self.dist.main, self.dist.rank)
         log.info("run %s: %s", self.folder.root, json.dumps(cfg.to_dict(), default=str))
         self._load_policy(resume)
         self.buffer = self._open_buffer()
         self.sandbox = self.backends.make_sandbox(cfg.sandbox)
+        limits = getattr(self.sandbox, "limits", None)
+        if self.dist.main and limits is not None:
+            removed = remove_stale_workdirs(limits.workdir_root)
+            if removed:
+                log.info("removed %d working folders of ended processes", len(removed))
         self.executor = self.backends.make_executor(cfg.executor, cfg.workers)
         num_slots = cfg.num_slots or min(128, cfg.batch_size)
         rates = RateTracker(self.backends.estimator, num_slots, cfg.seed, cfg.estimator_batches)
@@ -557,11 +566,21 @@ def train(
 ) -> list[StepRecord]:
     """Run (or resume) a training run in ``run_dir``; returns the records of the steps it ran.
 
+    The main process (``RANK`` 0) holds the run folder's lock (``RunFolder.lock``) from before
+    the model loads until the run ends.
+
     Raises:
         ValueError: bad settings, a missing task or model, or an existing run without ``resume``.
+        RunFolderBusy: another process runs or resumes ``run_dir`` (a ``ValueError``).
     """
-    trainer = Trainer(cfg, Path(run_dir), backends, resume, progress, on_stage)
+    main = int(os.environ.get("RANK", "0")) == 0
+    lock = RunFolder(run_dir).lock() if main else None
     try:
-        return trainer.run()
+        trainer = Trainer(cfg, Path(run_dir), backends, resume, progress, on_stage)
+        try:
+            return trainer.run()
+        finally:
+            trainer.close()
     finally:
-        trainer.close()
+        if lock is not None:
+            lock.release()

@@ -23,6 +23,9 @@ STATUSES = ("ok", "timeout", "oom", "error")
 GiB = 1024**3
 MiB = 1024**2
 
+MEMORY_KILL = "memory limit of the run exceeded"
+"""How the outcome text of a run killed for ``SandboxLimits.tree_memory_bytes`` starts."""
+
 
 class SandboxError(RuntimeError):
     """The sandbox itself failed (not the script): e.g. bubblewrap could not set up the namespaces
@@ -38,8 +41,12 @@ class SandboxLimits:
     """Resource limits applied to every child process.
 
     Attributes:
-      memory_bytes: address-space limit (``RLIMIT_AS``) in bytes; an allocation beyond it raises
-        ``MemoryError`` in Python and the run is classified ``"oom"``.
+      memory_bytes: address-space limit (``RLIMIT_AS``) of each process in bytes; an allocation
+        beyond it raises ``MemoryError`` in Python and the run is classified ``"oom"``.
+      tree_memory_bytes: resident memory of the run's whole process tree, bytes (summed RSS,
+        sampled about every 0.25 s by ``tree.py``); past it the tree is killed and the run is
+        classified ``"oom"``.  Not applied by the docker backend (its container has
+        ``memory_bytes``).
       nproc: processes + threads the child may own (``RLIMIT_NPROC``, counted per uid; see
         ``identity.py`` for how a private uid makes this effective when the host runs as root).
       fsize_bytes: largest file the child may write (``RLIMIT_FSIZE``; at most ``disk_bytes``).
@@ -65,6 +72,7 @@ class SandboxLimits:
     """
 
     memory_bytes: int = 2 * GiB
+    tree_memory_bytes: int = 4 * GiB
     nproc: int = 128
     fsize_bytes: int = 1 * GiB
     disk_bytes: int = 1 * GiB
@@ -80,6 +88,7 @@ class SandboxLimits:
     def __post_init__(self) -> None:
         for name in (
             "memory_bytes",
+            "tree_memory_bytes",
             "nproc",
             "fsize_bytes",
             "disk_bytes",
@@ -270,9 +279,10 @@ def classify(
     """Map how a child ended to ``(status, outcome_text)``.
 
     Rules, in order: killed for the wall-clock limit -> ``timeout``; killed for an output flood ->
-    ``error``; killed for another limit (``killed_for``, e.g. the disk limit) -> ``error`` with that
-    reason; exit 0 -> ``ok``; a memory-error message on stderr or an unexplained SIGKILL (the
-    kernel's OOM killer) -> ``oom``; anything else -> ``error`` with the exception type, line and
+    ``error``; killed for the run's memory limit -> ``oom``; killed for another limit
+    (``killed_for``, e.g. the disk limit) -> ``error`` with that reason; exit 0 -> ``ok``; a
+    memory-error message on stderr or an unexplained SIGKILL (the kernel's OOM killer) -> ``oom``;
+    anything else -> ``error`` with the exception type, line and
     message when stderr holds a Python traceback.
     """
     if timed_out:
@@ -280,7 +290,7 @@ def classify(
     if flooded:
         return "error", f"output limit exceeded: more than {output_limit_bytes} bytes written"
     if killed_for is not None:
-        return "error", killed_for
+        return ("oom" if killed_for.startswith(MEMORY_KILL) else "error"), killed_for
     if returncode == 0:
         return "ok", "ok"
     exc = describe_exception(stderr)

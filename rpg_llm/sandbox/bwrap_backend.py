@@ -167,6 +167,7 @@ class BwrapSandbox:
                     nproc=nproc_limit(self.limits.nproc, uid),
                     pass_fds=(status_w,),
                     watch=disk_watch(wd, self.limits.disk_bytes),
+                    uid=uid,
                 )
                 os.close(status_w)
                 status_w = -1

@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpg_llm.sandbox.base import SandboxLimits, allocated_bytes
+from rpg_llm.sandbox.base import MEMORY_KILL, SandboxLimits, allocated_bytes
+from rpg_llm.sandbox.tree import tree_pids, tree_usage
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -44,7 +45,9 @@ class RawRun:
     Attributes:
       cpu_s: user + system CPU seconds of the child and of every descendant it (or, under
         bubblewrap, the sandbox's init) waited for, from ``wait4`` on that one child (so several
-        runs in threads of one parent never mix); ``None`` when not measured.
+        runs in threads of one parent never mix); for a child killed for a limit, at least the
+        whole tree's CPU seconds read just before the kill (``tree.tree_usage``), since killed
+        processes may die unreaped; ``None`` when not measured.
       killed_for: reason given by the ``watch`` callback that had the child killed (e.g. the
         disk limit), else ``None``.
     """
@@ -211,6 +214,7 @@ def run_limited(
     pass_fds: Sequence[int] = (),
     watch: Callable[[], str | None] | None = None,
     watch_every_s: float = 0.25,
+    uid: int | None = None,
 ) -> RawRun:
     """Run ``argv`` to completion under ``limits``; never raises for what the child does.
 
@@ -225,7 +229,10 @@ def run_limited(
       watch: called about every ``watch_every_s`` seconds while the child runs; a returned text
         (e.g. ``"disk limit exceeded: ..."``) kills the process group and is kept as
         ``RawRun.killed_for``.
-      watch_every_s: seconds between ``watch`` calls.
+      watch_every_s: seconds between ``watch`` calls and between samples of the process tree
+        (``tree.tree_usage``): when its summed RSS passes ``limits.tree_memory_bytes`` the group
+        is killed with ``killed_for`` starting ``MEMORY_KILL``.
+      uid: the run's private uid (its processes count in the tree), or ``None``.
 
     Returns:
       ``RawRun`` with ``delta`` = seconds from start to exit of the child and ``cpu_s`` its CPU
@@ -254,6 +261,21 @@ def run_limited(
     next_watch = t0 + watch_every_s
     rusage: list = []
     t_exit: float | None = None
+    killed_cpu = 0.0
+
+    def kill() -> None:
+        """Sample the tree's CPU seconds (killed processes may die unreaped), then kill the
+        group and every process of the tree (a process in a new session or pid namespace, such
+        as the script under bubblewrap, is not in the group)."""
+        nonlocal killed_cpu
+        killed_cpu = max(killed_cpu, tree_usage(proc.pid, uid).cpu_s)
+        _killpg(proc.pid)
+        for pid in tree_pids(proc.pid, uid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     sel = selectors.DefaultSelector()
     for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
         os.set_blocking(stream.fileno(), False)
@@ -270,14 +292,16 @@ def run_limited(
                 break
             if t_exit is None and now >= deadline:
                 timed_out = True
-                _killpg(proc.pid)
+                kill()
                 drain_until = now + 1.0
                 deadline = float("inf")
-            if watch is not None and t_exit is None and killed_for is None and now >= next_watch:
+            if t_exit is None and killed_for is None and not timed_out and now >= next_watch:
                 next_watch = now + watch_every_s
-                killed_for = watch()
+                killed_for = _tree_over(proc.pid, uid, limits.tree_memory_bytes)
+                if killed_for is None and watch is not None:
+                    killed_for = watch()
                 if killed_for is not None:
-                    _killpg(proc.pid)
+                    kill()
                     drain_until = now + 1.0
             wait = 0.05 if t_exit is None else 0.01
             for key, _ in sel.select(timeout=max(0.0, min(wait, deadline - now))):
@@ -291,14 +315,14 @@ def run_limited(
                 key.data.feed(data)
                 if not flooded and out.total + err.total > limits.output_limit_bytes:
                     flooded = True
-                    _killpg(proc.pid)
+                    kill()
                     drain_until = time.monotonic() + 1.0
         if t_exit is None:
             remaining = deadline - time.monotonic()
             limit = max(remaining, 0.0) if remaining != float("inf") else None
             if not _wait(proc, rusage, limit):
                 timed_out = True
-                _killpg(proc.pid)
+                kill()
                 _wait(proc, rusage, None)
             t_exit = time.monotonic()
     finally:
@@ -308,6 +332,9 @@ def run_limited(
         if not _reap(proc, rusage, block=False):
             _killpg(proc.pid)
             _wait(proc, rusage, None)
+    cpu_s = (rusage[0].ru_utime + rusage[0].ru_stime) if rusage else None
+    if timed_out or flooded or killed_for is not None:
+        cpu_s = max(cpu_s or 0.0, killed_cpu)
     return RawRun(
         returncode=proc.returncode,
         stdout=out.value(),
@@ -315,6 +342,17 @@ def run_limited(
         delta=t_exit - t0,
         timed_out=timed_out,
         flooded=flooded,
-        cpu_s=(rusage[0].ru_utime + rusage[0].ru_stime) if rusage else None,
+        cpu_s=cpu_s,
         killed_for=killed_for,
     )
+
+
+def _tree_over(pid: int, uid: int | None, limit_bytes: int) -> str | None:
+    """The kill reason when the run's processes hold more than ``limit_bytes`` resident."""
+    usage = tree_usage(pid, uid)
+    if usage.rss_bytes > limit_bytes:
+        return (
+            f"{MEMORY_KILL}: {usage.processes} processes held {usage.rss_bytes} bytes, "
+            f"limit {limit_bytes}"
+        )
+    return None

@@ -147,6 +147,7 @@ class SubprocessSandbox:
                     limits=self.limits,
                     nproc=nproc_limit(self.limits.nproc, uid),
                     watch=disk_watch(wd, self.limits.disk_bytes, uid),
+                    uid=uid,
                 )
             except BaseException:
                 remove_tree(wd)

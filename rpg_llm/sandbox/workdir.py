@@ -1,4 +1,9 @@
-"""Fresh working folders holding ``solution.py``, ``tmp/`` and a read-only ``input/``."""
+"""Fresh working folders holding ``solution.py``, ``tmp/`` and a read-only ``input/``.
+
+A working folder is named ``run-<pid>-<random>`` after the process that made it, so the folders
+of a process that died before it could remove them (``kill -9``, a crash) are found and removed
+by :func:`remove_stale_workdirs` (a run calls it when it starts or resumes).
+"""
 
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ def new_workdir(root: Path | None, code: str, owner: int | None) -> Path:
     Returns:
       The absolute path of the new folder.
     """
-    wd = Path(tempfile.mkdtemp(prefix="run-", dir=workdir_root(root)))
+    wd = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=workdir_root(root)))
     (wd / SCRIPT_NAME).write_text(code, encoding="utf-8")
     (wd / "tmp").mkdir()
     if owner is not None:
@@ -81,3 +86,40 @@ def shareable_readonly(src: Path) -> bool:
             if st.st_mode & need != need or st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
                 return False
     return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_workdirs(root: Path | None) -> list[Path]:
+    """Remove the working folders under ``root`` whose making process has ended.
+
+    Args:
+      root: the parent of the working folders (``None``: ``<tmp>/rpg-sandbox``).
+
+    Returns:
+      The folders removed.  Folders of live processes (any run still executing) and names not
+      of the form ``run-<pid>-...`` are left alone.
+    """
+    from rpg_llm.sandbox.base import remove_tree
+
+    base = Path(root) if root is not None else Path(tempfile.gettempdir()) / "rpg-sandbox"
+    if not base.is_dir():
+        return []
+    removed = []
+    for entry in sorted(base.iterdir()):
+        parts = entry.name.split("-")
+        if len(parts) < 3 or parts[0] != "run" or not parts[1].isdigit():
+            continue
+        if entry.is_symlink() or not entry.is_dir() or _alive(int(parts[1])):
+            continue
+        remove_tree(entry)
+        removed.append(entry)
+    return removed

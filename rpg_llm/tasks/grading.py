@@ -15,6 +15,12 @@ to every source of competition alike:
 * a competition that cannot be graded at all (answers file missing or unreadable, the grader
   not importable) raises :class:`GradingSetupError`: a set-up failure, not the submission's.
 
+The submission is untrusted (a script wrote it): it is read only as a plain regular file of at
+most ``GradingLimits.submission_bytes``, never through a link, FIFO or device
+(``rpg_llm.sandbox.files``), and it is parsed and graded in a forked child limited to
+``GradingLimits.time_s`` seconds and ``GradingLimits.memory_bytes`` of memory
+(``rpg_llm.sandbox.bounded``); passing a limit makes the submission invalid with the reason.
+
 Percentile (our definition, used for the reward of lower-is-better tasks): the fraction of
 leaderboard entries the submission beats, ties counting one half,
 ``(n_beaten + 0.5 * n_tied) / n`` in ``[0, 1]``; "beats" follows the competition's direction, and a
@@ -36,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import io
 import json
 import math
 import numbers
@@ -50,6 +57,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rpg_llm.sandbox.bounded import LimitExceeded, call_bounded
+from rpg_llm.sandbox.files import UnsafeFileError, read_workdir_file
 from rpg_llm.tasks.format import Competition, mlebench_status, split_grade_fn
 
 INVALID_REWARD = -10.0
@@ -57,6 +66,32 @@ INVALID_REWARD = -10.0
 
 SCORE_DECIMALS = 5
 """Scores are rounded to this many decimals before ranking (MLE-Bench's ``Grader.__call__``)."""
+
+
+@dataclass(frozen=True)
+class GradingLimits:
+    """Bounds on grading one submission on the host.
+
+    Attributes:
+        submission_bytes: largest submission file accepted, bytes (larger: invalid).
+        time_s: wall-clock seconds for reading, parsing and grading it (more: invalid).
+        memory_bytes: memory the grading may add to the grading process, bytes (more: invalid).
+
+    Raises:
+        ValueError: a non-positive or non-finite limit.
+    """
+
+    submission_bytes: int = 256 * 2**20
+    time_s: float = 300.0
+    memory_bytes: int = 4 * 2**30
+
+    def __post_init__(self) -> None:
+        for name in ("submission_bytes", "memory_bytes"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"GradingLimits.{name} must be a positive int, got {v!r}")
+        if not isinstance(self.time_s, int | float) or not 0 < self.time_s < math.inf:
+            raise ValueError(f"GradingLimits.time_s must be a positive number, got {self.time_s!r}")
 
 
 class GradingSetupError(ValueError):
@@ -297,8 +332,8 @@ _ROUND_TRIP = {"float_precision": "round_trip"} if int(pd.__version__.split(".")
 """MLE-Bench reads CSVs with round-trip float parsing; pandas >= 3 does so by default."""
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path, **_ROUND_TRIP)
+def _read_csv(source: Path | io.BytesIO) -> pd.DataFrame:
+    return pd.read_csv(source, **_ROUND_TRIP)
 
 
 def load_answers(comp: Competition) -> Any:
@@ -326,36 +361,63 @@ def load_answers(comp: Competition) -> Any:
     )
 
 
-def grade_submission(comp: Competition, submission_csv: Path) -> GradeReport:
+def grade_submission(
+    comp: Competition, submission_csv: Path, limits: GradingLimits | None = None
+) -> GradeReport:
     """Grade a submission CSV against the competition's private answers, by MLE-Bench's rules
-    (module docstring).
+    (module docstring), within ``limits``.
 
     Args:
         comp: a loaded competition.
-        submission_csv: path of the CSV written by a solution.
+        submission_csv: path of the CSV written by a solution (untrusted: read as a plain file).
+        limits: size, time and memory bounds (default ``GradingLimits()``).
 
     Returns:
         The :class:`GradeReport`: valid with the rounded score, percentile and medal; or invalid
-        with the reason (no file, not a .csv, unreadable, the grader raising on it, a grader
-        result that is not a finite real number).
+        with the reason (no file; not a .csv; a link, FIFO, device or folder; too large;
+        unreadable; the grader raising on it; a grader result that is not a finite real number;
+        grading past its time or memory limit).
 
     Raises:
         GradingSetupError: the competition cannot be graded at all (answers missing or
             unreadable, grader not importable).
     """
+    limits = limits or GradingLimits()
     path = Path(submission_csv)
-    answers = load_answers(comp)
-    grade_fn = load_grader(comp)
-    if not path.is_file():
-        return _report(comp, None, f"no submission file at {path}")
+    load_grader(comp)  # set-up errors surface here, before any fork
     if path.suffix.lower() != ".csv":
+        if not path.exists() and not path.is_symlink():
+            return _report(comp, None, f"no submission file at {path}")
         return _report(comp, None, f"submission {path.name} is not a .csv file")
     try:
-        submission = _read_csv(path)
+        return call_bounded(
+            _grade_file, comp, path, limits, time_s=limits.time_s, memory_bytes=limits.memory_bytes
+        )
+    except LimitExceeded as exc:
+        return _report(comp, None, f"grading the submission {exc.reason}")
+
+
+def _grade_file(comp: Competition, path: Path, limits: GradingLimits) -> GradeReport:
+    """The grading itself (runs inside :func:`call_bounded`'s child)."""
+    answers = load_answers(comp)
+    grade_fn = load_grader(comp)
+    try:
+        data = read_workdir_file(path.parent, path.name, limits.submission_bytes)
+    except UnsafeFileError as exc:
+        if exc.missing:
+            return _report(comp, None, f"no submission file at {path}")
+        return _report(comp, None, _one_line(f"submission refused: {exc.reason}"))
+    try:
+        submission = _read_csv(io.BytesIO(data))
+    except MemoryError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any parse failure makes the submission invalid
         return _report(comp, None, _one_line(f"cannot read submission CSV: {exc}"))
+    del data
     try:
         value = grade_fn(submission, answers)
+    except MemoryError:
+        raise
     except Exception as exc:  # noqa: BLE001 - MLE-Bench also treats grader errors as invalid
         if type(exc).__name__ == "InvalidSubmissionError":
             return _report(comp, None, _one_line(str(exc)) or "invalid submission")

@@ -38,6 +38,12 @@ class InvalidSubmissionError(Exception):
     """The submission cannot be graded; ``str(error)`` is the one-line reason."""
 
 
+def _plain(value: object) -> object:
+    """A NumPy scalar as the Python value it holds (``2``, not ``np.int64(2)``), for messages."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) and getattr(value, "ndim", None) == 0 else value
+
+
 def _ids(series: pd.Series) -> pd.Series:
     """Ids in a comparable form: int64 when integral numbers, else strings."""
     if pd.api.types.is_numeric_dtype(series):
@@ -75,11 +81,11 @@ def align(submission: pd.DataFrame, answers: pd.DataFrame) -> tuple[pd.DataFrame
     ans_ids = _ids(answers[id_col])
     if sub_ids.duplicated().any():
         dup = sub_ids[sub_ids.duplicated()].iloc[0]
-        raise InvalidSubmissionError(f"duplicate id {dup!r} in column {id_col!r}")
+        raise InvalidSubmissionError(f"duplicate id {_plain(dup)!r} in column {id_col!r}")
     unknown = sorted(set(sub_ids) - set(ans_ids), key=str)
     if unknown:
         raise InvalidSubmissionError(
-            f"{len(unknown)} id(s) in {id_col!r} not in the test set, e.g. {unknown[0]!r}"
+            f"{len(unknown)} id(s) in {id_col!r} not in the test set, e.g. {_plain(unknown[0])!r}"
         )
     sub = submission[list(answers.columns)].copy()
     sub.index = sub_ids.to_numpy()

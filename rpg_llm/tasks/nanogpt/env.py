@@ -9,12 +9,18 @@ recomputed by ``official_eval.py`` (the environment's code, in a second sandboxe
 checkpoint the script saved, on held-out tokens the script could not read; a final reported loss
 below the official one by more than ``report_tolerance`` (a fabricated line), a val line computed
 on a budget other than ``val_tokens``, or a changed guarded file makes the sample invalid.
+
+Every file the host reads from the attempt's working folder (the checkpoint, the subprocess
+backend's copy of the guarded files) is opened as an untrusted plain file
+(``rpg_llm.sandbox.files``): a link, FIFO, device or an oversized file there makes the sample
+invalid with the reason; it is never followed.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import tempfile
@@ -26,6 +32,7 @@ from typing import Any, NamedTuple
 
 from rpg_llm.sandbox import make_sandbox
 from rpg_llm.sandbox.base import describe_exception
+from rpg_llm.sandbox.files import UnsafeFileError, copy_workdir_file, read_workdir_file
 from rpg_llm.tasks.nanogpt.data import hash_files
 from rpg_llm.tasks.nanogpt.logparse import ValLine, check_cadence, parse_val_lines
 from rpg_llm.tasks.nanogpt.rewards import (
@@ -41,6 +48,9 @@ __all__ = ["NanoGPTOutcome", "Verdict", "launcher_code", "grade_log", "run_attem
 
 SCRIPT = "train_gpt.py"
 OFFICIAL_EVAL = Path(__file__).with_name("official_eval.py")
+CHECKPOINT = "final_model.pt2"
+MAX_CHECKPOINT_BYTES = 4 * 2**30
+"""Largest checkpoint the host copies for the official evaluation, bytes (larger: invalid)."""
 
 
 @dataclass(frozen=True)
@@ -168,14 +178,16 @@ def grade_log(
     return Verdict(True, "", min(ln.val_loss for ln in lines), lines)
 
 
-def _official_loss(
-    task: NanoGPTTask, checkpoint: Path, sandbox_kind: str
-) -> tuple[float | None, str]:
-    """Run ``official_eval.py`` on ``checkpoint``: ``(loss, "")`` or ``(None, reason)``."""
+def _official_loss(task: NanoGPTTask, workdir: Path, sandbox_kind: str) -> tuple[float | None, str]:
+    """Run ``official_eval.py`` on the attempt's checkpoint ``workdir / CHECKPOINT`` (copied as
+    an untrusted plain file): ``(loss, "")`` or ``(None, reason)``."""
     s = task.settings
     with tempfile.TemporaryDirectory(prefix="nanogpt-eval-") as d:
         folder = Path(d)
-        shutil.copyfile(checkpoint, folder / "model.pt2")
+        try:
+            copy_workdir_file(workdir, CHECKPOINT, folder / "model.pt2", MAX_CHECKPOINT_BYTES)
+        except UnsafeFileError as exc:
+            return None, f"checkpoint refused: {exc.reason}"
         shutil.copyfile(task.private_dir / "heldout.bin", folder / "heldout.bin")
         (folder / "settings.json").write_text(s.to_json())
         for p in folder.iterdir():
@@ -226,6 +238,37 @@ def _outcome(
 
 def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return sorted(k for k in before if after.get(k) != before[k])
+
+
+def _hash_workdir_copy(workdir: Path, task: NanoGPTTask) -> dict[str, str]:
+    """SHA-256 of the guarded files in ``workdir/input`` (the subprocess backend's copy), each
+    read as an untrusted plain file no larger than the public original; ``"missing"`` when
+    absent, ``"refused: <reason>"`` when it is a link, FIFO, device or too large."""
+    import hashlib
+
+    out = {}
+    for name in task.guarded:
+        original = task.public_dir / name
+        limit = max(1, original.stat().st_size) if original.is_file() else 1
+        try:
+            data = read_workdir_file(workdir, f"input/{name}", limit)
+        except UnsafeFileError as exc:
+            out[name] = "missing" if exc.missing else f"refused: {exc.reason}"
+            continue
+        out[name] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def _checkpoint_problem(workdir: Path) -> str | None:
+    """``None`` when ``workdir / CHECKPOINT`` is absent or a plain file of bounded size; else why
+    it is refused (a link, FIFO, device, folder, or too large)."""
+    from rpg_llm.sandbox.files import open_workdir_file
+
+    try:
+        os.close(open_workdir_file(workdir, CHECKPOINT, MAX_CHECKPOINT_BYTES))
+    except UnsafeFileError as exc:
+        return None if exc.missing else exc.reason
+    return None
 
 
 def run_attempt(
@@ -279,16 +322,21 @@ def run_attempt(
     try:
         timed_out = res.status == "timeout"
         delta = float(timeout_s) if timed_out else float(res.delta)
-        copies = [task.public_dir]
-        if (res.workdir / "input").is_dir() and any((res.workdir / "input").iterdir()):
-            copies.append(res.workdir / "input")  # subprocess backend: the script's copy
-        for folder in copies:
-            bad = _changed(before, hash_files(folder, task.guarded))
+        after = [hash_files(task.public_dir, task.guarded)]
+        copy = res.workdir / "input"
+        if not copy.is_symlink() and copy.is_dir() and any(copy.iterdir()):
+            after.append(_hash_workdir_copy(res.workdir, task))  # subprocess backend's copy
+        for hashes in after:
+            bad = _changed(before, hashes)
             if bad:
                 text = f"invalid: guarded files were changed: {', '.join(bad)}"
                 return _outcome(task, "invalid", delta, text, None, None, timed_out)
-        ckpt = res.workdir / "final_model.pt2"
-        verdict = grade_log(res.stdout, code, res.status, s, have_checkpoint=ckpt.is_file())
+        refused = _checkpoint_problem(res.workdir)
+        if refused is not None:
+            text = f"invalid: checkpoint refused: {refused}"
+            return _outcome(task, "invalid", delta, text, None, None, timed_out)
+        have_ckpt = (res.workdir / CHECKPOINT).is_file()
+        verdict = grade_log(res.stdout, code, res.status, s, have_checkpoint=have_ckpt)
         reported = verdict.lines[-1].val_loss if verdict.lines else None
         if not verdict.valid:
             if res.status in ("error", "oom"):
@@ -300,7 +348,7 @@ def run_attempt(
         loss = verdict.loss
         if s.official:
             try:
-                loss, why = _official_loss(task, ckpt, kind)
+                loss, why = _official_loss(task, res.workdir, kind)
             except (OSError, RuntimeError) as exc:
                 text = f"set-up error: the official evaluation did not start: {exc}"
                 return _outcome(task, "infra", delta, text[:300], None, reported, timed_out)

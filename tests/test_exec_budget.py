@@ -34,7 +34,7 @@ def _python_sum(samples, max_step: int) -> dict[int, float]:
 def test_row_exec_seconds_and_budget_spent_by_hand(tmp_path):
     samples = [_s(0, 0, 0, 50.0), _s(1, 1, 0, 1.0), _s(2, 1, 1, 3.0), _s(3, 2, 0, 2.0)]
     samples.append(_s(4, 2, 1, 0.5))
-    samples.append(_s(5, 2, 1, 7.0, "infra"))  # the machine's time, not the script's: left out
+    samples.append(_s(5, 2, 2, 7.0, "infra"))  # the machine's time, not the script's: left out
     with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
         buf.add_many(samples)
         # the step-0 seed (50 s) is in no chain; rows sum their generated samples

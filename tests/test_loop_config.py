@@ -65,7 +65,7 @@ def test_flags_set_nested_fields_and_leave_the_rest():
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["--timeout", "0"], "--timeout must be > 0 seconds, got 0.0"),
+        (["--timeout", "0"], "--timeout must be > 0 and at most 86400 seconds (24 h), got 0.0"),
         (["--clip-ratio", "-1"], "--clip-ratio must be > 0, got -1.0"),
         (["--max-prompt-tokens", "100"], "--max-prompt-tokens must be an integer >= 256, got 100"),
         (["--top-p", "1.5"], "--top-p must lie in (0, 1], got 1.5"),

@@ -160,7 +160,8 @@ def test_bad_timeout_names_the_flag_and_makes_no_folder(tmp_path, capsys, tiny_m
     argv = ["--model", str(tiny_model_dir), "--timeout", "0", "--out", str(tmp_path / "r")]
     assert main(argv) == 2
     err = _one_line_error(capsys)
-    assert "--timeout must be > 0 seconds, got 0.0" in err and "timeout_s" not in err
+    assert "--timeout must be > 0 and at most 86400 seconds (24 h), got 0.0" in err
+    assert "timeout_s" not in err
     assert not (tmp_path / "r").exists()
 
 

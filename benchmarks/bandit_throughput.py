@@ -23,7 +23,7 @@ call with the same shapes (the compile time is printed separately). The faithful
 kept: M = 1,000 batches of the non-empty slot count, fresh draws at every refit (DESIGN.md
 sections 4-5).
 
-Targets (issue 12 item 4, 2 cores): <= 5 ns per draw, NPG-NIW >= 30x the NumPy loop.
+Targets: <= 5 ns per draw, NPG-NIW >= 30x the NumPy loop.
 Keep runs short on a shared machine: ``--steps 64 --numpy-steps 400``.
 """
 

@@ -6,8 +6,10 @@
 
 Random weights (no download): the shape is ``Qwen3_5TextConfig`` with the 4B sizes below (or the
 ``--config`` folder's ``config.json``). The step is exactly the training loop's: sampling
-(``rpg_llm.policy.generate``, T = 0.7, top-k 20, top-p 0.8, EOS suppressed so every response has
-the full length) and one :meth:`rpg_llm.ppo.PPOTrainer.step` (actor + critic + frozen reference,
+(``rpg_llm.learner.policy.generate``, T = 0.7, top-k 20, top-p 0.8, EOS suppressed so every
+response has
+the full length) and one :meth:`rpg_llm.learner.ppo.PPOTrainer.step` (actor + critic + frozen
+reference,
 bf16 on GPU, gradient checkpointing, micro-batch 2). Prints one Markdown table row and appends it
 to ``benchmarks/RESULTS.md`` unless ``--no-record``.
 """
@@ -25,11 +27,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rpg_llm.policy import Policy, generate, load_policy  # noqa: E402
-from rpg_llm.ppo import PPOBatch, PPOConfig, PPOTrainer  # noqa: E402
+from rpg_llm.learner.policy import Policy, generate, load_policy  # noqa: E402
+from rpg_llm.learner.ppo import PPOBatch, PPOConfig, PPOTrainer  # noqa: E402
 from testkit.tiny_model import build_tiny_model  # noqa: E402
 
-SAMPLE_T = 0.7  # sampling temperature; the trainer's log-probs use the same (rpg_llm.ppo)
+SAMPLE_T = 0.7  # sampling temperature; the trainer's log-probs use the same (rpg_llm.learner.ppo)
 
 # Qwen3.5-4B-like text shape (hybrid: 3 Gated-DeltaNet layers per full-attention layer)
 QWEN35_4B_SHAPE = dict(

@@ -25,10 +25,10 @@ import time
 from functools import partial
 from pathlib import Path
 
-from rpg_llm.sandbox import BwrapSandbox, LocalExecutor, make_sandbox
-from rpg_llm.sandbox.bwrap_backend import bwrap_path
-from rpg_llm.sandbox.docker_backend import docker_client
-from rpg_llm.sandbox.leaks import answer_sources
+from rpg_llm.env.sandbox import BwrapSandbox, LocalExecutor, make_sandbox
+from rpg_llm.env.sandbox.bwrap_backend import bwrap_path
+from rpg_llm.env.sandbox.docker_backend import docker_client
+from rpg_llm.env.sandbox.leaks import answer_sources
 
 CPU_SCRIPT = """
 import time

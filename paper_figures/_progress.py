@@ -8,7 +8,7 @@ callback (whose only argument is the unbatched counter) fires once per ``every``
 whole batch, not once per seed (JAX applies a primitive's batching rule only to batched inputs).
 With the seed axis sharded over ``D`` devices it fires once per device; the bar keeps the maximum.
 The wrapped agent draws nothing and changes nothing in the inner agent: its trajectories equal the
-unwrapped agent's exactly (tests/test_regret_vs_arms_cli.py checks it).
+unwrapped agent's exactly (tests/figures/test_regret_vs_arms_cli.py checks it).
 
 Cost: JAX never writes an executable that carries host callbacks to the persistent compilation
 cache (``jax/_src/compiler.py``), so a run with progress compiles every cell afresh; the

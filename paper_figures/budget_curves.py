@@ -3,7 +3,7 @@
 ``python -m paper_figures.budget_curves RUN_DIR [RUN_DIR ...] [--out DIR] [--points N]``
 
 The arithmetic (chains, mean and standard error across chains per budget) is
-:mod:`rpg_llm.budget`; this module only plots it. Per arm (the run's method and whether it was
+:mod:`rpg_llm.loop.budget`; this module only plots it. Per arm (the run's method and whether it was
 seeded) the mean across chains and its standard error at every budget; RPG and vanilla runs share
 one plot, above a panel of how many chains each mean averages (it changes when a chain that had
 no valid sample yet gets one). Outputs ``budget_curves.png``, ``.pdf`` and ``.csv`` (columns
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from paper_figures._common import out_dir, plt, save_figure, write_csv
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
-from rpg_llm.budget import (
+from rpg_llm.loop.budget import (
     CSV_FIELDS,
     Chain,
     budget_grid,
@@ -38,9 +38,9 @@ _COLORS = {"rpg": "tab:red", "vanilla": "tab:blue"}
 
 def y_label(run_dirs: Sequence[str | Path]) -> str:
     """The y-axis label: the best raw reward for competition runs; for NanoGPT runs
-    (:func:`rpg_llm.budget.is_loss_task`) the curves are minus the best crossing val loss."""
-    from rpg_llm.budget import is_loss_task
-    from rpg_llm.runfolder import RunFolder
+    (:func:`rpg_llm.loop.budget.is_loss_task`) the curves are minus the best crossing val loss."""
+    from rpg_llm.loop.budget import is_loss_task
+    from rpg_llm.loop.runfolder import RunFolder
 
     loss = []
     for d in run_dirs:

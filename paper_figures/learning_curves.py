@@ -1,9 +1,10 @@
-"""Learning curves of LLM runs over run seeds: what a step of the loop achieved (issue 11).
+"""Learning curves of LLM runs over run seeds: what a step of the loop achieved.
 
 ``python -m paper_figures.learning_curves RUN_DIR [RUN_DIR ...] [--out DIR]``
 
 Reads each run folder's ``metrics.jsonl`` (the step lines; the SFT warm start's lines are left
-out) and ``buffer.sqlite`` (through :func:`rpg_llm.budget.read_chains`), and writes, per PPO step,
+out) and ``buffer.sqlite`` (through :func:`rpg_llm.loop.budget.read_chains`), and writes, per PPO
+step,
 the mean and standard error across runs (sample s.d., ddof 1, over sqrt(n)) of:
 
 * ``valid_fraction``: generated answers that ran and were scored, over the batch;

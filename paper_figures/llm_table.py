@@ -1,4 +1,4 @@
-"""The paper's MLE-Bench table in miniature: RPG vs vanilla on offline competitions (issue 11).
+"""The paper's MLE-Bench table in miniature: RPG vs vanilla on offline competitions.
 
 ``python -m paper_figures.llm_table [--quick] [--out DIR] [--tasks A,B,C] [--seeds 0,1,2] ...``
 
@@ -23,7 +23,7 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
 * score: the *raw reward* of DESIGN.md section 7 — the score of a higher-is-better competition,
   the leaderboard percentile (in [0, 1], higher is better) of a lower-is-better one, -10 for an
   invalid sample. Every column is therefore higher-is-better.
-* chain, best score so far, value of a chain at a budget: :mod:`rpg_llm.budget` (one chain per
+* chain, best score so far, value of a chain at a budget: :mod:`rpg_llm.loop.budget` (one chain per
   batch row, cumulative *measured* execution seconds, step-0 seed samples excluded).
 * the budget ``B`` the table is read at: the runs' **execution budget** ``--exec-budget``
   (default 12 s per chain). Every run (``rpg_llm.run --exec-budget B``) stops before the first
@@ -39,7 +39,7 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
   measured full table showed its flaw: after equal steps RPG's chains had used 2-4 s against
   vanilla's 8-63 s, and ``B`` read RPG long after its end.
 * a run's value: the mean across its chains of the best score within ``B``
-  (``rpg_llm.budget.curve(chains, [B])``).
+  (``rpg_llm.loop.budget.curve(chains, [B])``).
 * table cell: mean +- standard error (sample s.d. with ddof 1, over sqrt(n)) of the run values
   over the run seeds of one arm.
 * % improvement: ``100 (RPG - vanilla) / |vanilla|`` on the raw reward (higher is better for every
@@ -55,7 +55,8 @@ both arms (18 runs), batch 2, responses capped at 64 tokens, prompts at 512, exe
 1 (4 runs, the same run settings: a full table on the same ``--out`` then skips them).
 Everything else is the ``cpu-default`` preset of ``rpg_llm.presets`` (the edit action with an
 8-step SFT warm start, LoRA PPO; seeded buffer, timeout 60 s); ``--sft-seed 0`` gives every run
-of a task one SFT model, memoised by :mod:`rpg_llm.sft_cache`. A run costs about 80 s to start
+of a task one SFT model, memoised by :mod:`rpg_llm.learner.sft_cache`. A run costs about 80 s to
+start
 (imports, model load, seeding the buffer with the task's baselines) plus ~30-40 s a step
 (generation, execution, PPO) on this 2-core machine; measured times are in
 benchmarks/RESULTS.md.
@@ -241,7 +242,7 @@ def trimmed_average(pcts: Sequence[float]) -> tuple[float, list[int]]:
 
 def run_final_budget(chains: Sequence) -> float:
     """A run's final budget ``T_run``, seconds: the largest total execution time of its chains
-    (``rpg_llm.budget.Chain``), where its budget curve ends."""
+    (``rpg_llm.loop.budget.Chain``), where its budget curve ends."""
     return float(max(c.times[-1] for c in chains))
 
 
@@ -279,8 +280,8 @@ def table_budget(runs: Sequence[Sequence], exec_budget_s: float | None) -> float
 
 def run_value(chains: Sequence, budget_s: float) -> tuple[float, int]:
     """Mean best raw reward across a run's chains within ``budget_s`` seconds, and how many chains
-    have a value there (``rpg_llm.budget.curve``; NaN when none has)."""
-    from rpg_llm.budget import curve
+    have a value there (``rpg_llm.loop.budget.curve``; NaN when none has)."""
+    from rpg_llm.loop.budget import curve
 
     res = curve(chains, np.array([float(budget_s)]))
     return float(res["mean_best"][0]), int(res["n_chains"][0])
@@ -317,7 +318,7 @@ def task_row(
     """The table row of one task from its finished runs' chains.
 
     Args:
-        runs: method (``rpg`` / ``vanilla``) -> seed -> that run's chains (``rpg_llm.budget``).
+        runs: method (``rpg`` / ``vanilla``) -> seed -> that run's chains (``rpg_llm.loop.budget``).
         raw_reward: what the raw reward is for this task (for the table's label).
         exec_budget_s: the runs' execution budget per chain (:func:`table_budget`); a chain
             with no sample finished within it has no value and is left out of its run's mean
@@ -459,8 +460,8 @@ def _check_settings(s: TableSettings) -> None:
     Raises:
         UsageError: naming the flag and the value.
     """
-    from rpg_llm import tasks
-    from rpg_llm.policy import resolve_model
+    from rpg_llm.env import tasks
+    from rpg_llm.learner.policy import resolve_model
 
     known = tasks.list_offline_competitions()
     for t in s.tasks:
@@ -495,7 +496,7 @@ def _check_settings(s: TableSettings) -> None:
 
 def _check_model(model: str) -> None:
     """Raises UsageError naming ``--model`` when the (preset's) model is not available here."""
-    from rpg_llm.policy import resolve_model
+    from rpg_llm.learner.policy import resolve_model
 
     try:
         resolve_model(model)
@@ -515,7 +516,7 @@ def run_state(spec: RunSpec, cfg) -> str:
         UsageError: the folder holds a run with other settings (names ``--out`` and the setting).
     """
     from rpg_llm.config import LoopConfig
-    from rpg_llm.runfolder import RunFolder
+    from rpg_llm.loop.runfolder import RunFolder
 
     folder = RunFolder(spec.run_dir)
     if not folder.config_path.exists():
@@ -542,9 +543,10 @@ def run_state(spec: RunSpec, cfg) -> str:
 
 
 def _budget_spent(folder, cfg, done: int) -> bool:
-    """Whether the run's steps ``1 .. done`` spent its execution budget (``rpg_llm.budget``)."""
-    from rpg_llm.budget import budget_spent
-    from rpg_llm.buffer import SampleBuffer
+    """Whether the run's steps ``1 .. done`` spent its execution budget
+    (``rpg_llm.loop.budget``)."""
+    from rpg_llm.loop.budget import budget_spent
+    from rpg_llm.loop.buffer import SampleBuffer
 
     if cfg.exec_budget_s is None or done < 1 or not folder.buffer_path.exists():
         return False
@@ -589,7 +591,7 @@ def _run_one(s: TableSettings, spec: RunSpec, state: str) -> tuple[int, float]:
 
 
 def _raw_reward_label(task: str, cfg) -> str:
-    from rpg_llm import tasks
+    from rpg_llm.env import tasks
 
     try:
         root = Path(cfg.data_root) if cfg.data_root else None
@@ -613,7 +615,7 @@ def write_table(
 ) -> tuple[list[TaskRow], list[Path]]:
     """Table, per-run CSV and per-task figures from the finished runs of ``specs``."""
     from paper_figures.budget_curves import budget_curves
-    from rpg_llm.budget import read_chains
+    from rpg_llm.loop.budget import read_chains
 
     rows, written, run_rows = [], [], []
     for task in s.tasks:
@@ -810,7 +812,7 @@ def _parser() -> ArgumentParser:
         type=int,
         default=0,
         help="seed of the SFT warm start shared by every run of a task (default 0; the SFT "
-        "weights are then computed once per task, rpg_llm.sft_cache)",
+        "weights are then computed once per task, rpg_llm.learner.sft_cache)",
     )
     p.add_argument("--run-args", default=None, help="extra rpg_llm.run flags, one quoted string")
     p.add_argument("--points", type=int, default=200, help="budget grid of the figures")

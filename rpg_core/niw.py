@@ -5,7 +5,7 @@ This module holds every piece of the estimator that does not depend on how rando
 drawn: the constants, the input checks, the conjugate update with forgetting, the posterior
 predictive (Student-t) parameters, the batch-rate quantile and the posterior-mean rate. It is
 written against an *array namespace* ``xp`` passed as the first argument: ``jax.numpy``
-(``rpg_jax.estimator``, traceable under ``jit`` / ``vmap``), ``torch`` (``rpg_llm.estimator``)
+(``rpg_jax.estimator``, traceable under ``jit`` / ``vmap``), ``torch`` (``rpg_llm.loop.estimator``)
 or ``numpy`` (``testkit.numpy_ref_npg``). It uses only what the three share -- ``xp.where``,
 ``xp.maximum``, ``xp.sqrt``, ``xp.log``, ``xp.exp``, ``xp.isfinite``, ``xp.stack``,
 ``xp.zeros_like``, ``xp.quantile`` and array operators/methods -- and never branches in Python on
@@ -74,7 +74,7 @@ NUM_SLOTS = 128  # slots in the reference (the slot count is the caller's array 
 NUM_BATCHES = 1000  # synthetic batches M drawn per estimate
 QUANTILE = 0.95  # quantile of the per-batch rate
 KINDS = ("niw_quantile", "posterior_mean")  # estimators behind the contract
-# The names every estimator backend (rpg_jax.estimator, rpg_llm.estimator) exports, with one
+# The names every estimator backend (rpg_jax.estimator, rpg_llm.loop.estimator) exports, with one
 # meaning (tests/test_estimator_contract.py holds both to it).
 BACKEND_API = (
     *CONSTANTS,

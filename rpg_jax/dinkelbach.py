@@ -5,7 +5,7 @@ Exact iteration (Dinkelbach, Management Science 13(7), 1967): ``rho_{k+1} = g(rh
 Approximate iteration (paper, section "Approximate Dinkelbach iteration"): each ``rho_{k+1}`` is any
 point of the band ``[g(rho_k) / (1 + gamma), (1 + gamma) g(rho_k)]``; a *rule* picks the point.
 
-Bound (proofs/approximate_dinkelbach.md, checked by tests/test_theory_dinkelbach.py): with
+Bound (proofs/approximate_dinkelbach.md, checked by tests/theory/test_theory_dinkelbach.py): with
 non-negative mean rewards and ``rho_star > 0``, for ``k >= 1``
 ``rho_k <= (1 + gamma) rho_star`` and
 ``liminf rho_k >= (1 - R gamma / (1 + gamma)) rho_star``, where ``R = D_max / D_min`` is the
@@ -135,7 +135,7 @@ def band_lower(rho_star: float, R: float, gamma: float, tighten: float = 1.0) ->
     """Lower end ``(1 - tighten * R gamma / (1 + gamma)) rho_star`` of the band.
 
     ``tighten < 1`` gives a deliberately *wrong* (too tight) bound, used to show that the tightness
-    test can fail (tests/test_theory_dinkelbach.py, ``RPG_TIGHTEN``).
+    test can fail (tests/theory/test_theory_dinkelbach.py, ``RPG_TIGHTEN``).
     """
     return (1.0 - tighten * R * gamma / (1.0 + gamma)) * rho_star
 

@@ -17,7 +17,8 @@ synthetic batches, ``lax.cond`` on ``fitted``).
 
 Every function is pure, works on one state (use ``jax.vmap`` for many seeds), is ``jit``-able with
 the static arguments named in its docstring, and follows the dtype of the state
-(:func:`init_state`). The torch backend ``rpg_llm.estimator`` mirrors these names and semantics;
+(:func:`init_state`). The torch backend ``rpg_llm.loop.estimator`` mirrors these names and
+semantics;
 ``tests/test_estimator_contract.py`` holds both to the contract.
 
 Units: rewards in reward units, times in seconds (``rpg_llm``) or abstract time units (bandits);

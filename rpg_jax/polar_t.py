@@ -33,7 +33,7 @@ give unrelated streams unless both words coincide. Tests check the draws against
 Fused draw-and-reduce. Every step above is elementwise on an iota (:func:`standard_grid`), so
 :func:`batch_rates` -- the estimator's batch statistic ``mean y0 / mean exp(y1)`` of a
 ``(batches, slots)`` grid of ``y = loc + L t`` -- compiles to one XLA loop fusion that never stores
-the draws (issue 12 item 4: ~3x fewer ns per draw than drawing ``(c, S, 2)`` and reducing).
+the draws (~3x fewer ns per draw than drawing ``(c, S, 2)`` and reducing).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 :class:`LoopConfig` holds the run's own fields and three nested configs, each checked once in its
 ``__post_init__`` (the boundary): :class:`SamplingConfig` (decoding and token budgets),
-:class:`rpg_llm.rewards.RewardConfig` (arm, timeout, reward constants) and
-:class:`rpg_llm.ppo.PPOConfig` (PPO hyper-parameters). Paper settings: DESIGN.md section 7.
+:class:`rpg_llm.loop.rewards.RewardConfig` (arm, timeout, reward constants) and
+:class:`PPOConfig` (PPO hyper-parameters, trained by :mod:`rpg_llm.learner.ppo`). Paper settings:
+DESIGN.md section 7.
 
 Flags: every leaf field of the tree is one flag of ``python -m rpg_llm.run``, named
 ``--<field>`` with ``_`` as ``-`` unless the field's metadata names another
@@ -26,11 +27,11 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
-from rpg_llm.actions import ACTION_FORMATS
-from rpg_llm.ppo import PPOConfig
-from rpg_llm.rewards import RewardConfig
+from rpg_llm.env.actions import ACTION_FORMATS
+from rpg_llm.loop.rewards import RewardConfig
 
 __all__ = [
+    "PPOConfig",
     "SamplingConfig",
     "LoopConfig",
     "RUN_RECORD_KEYS",
@@ -72,6 +73,91 @@ def _int_at_least(
         raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
     if v > high:
         raise ValueError(f"{name} must be an integer <= {high}, got {v!r}")
+
+
+MAX_PPO_EPOCHS = 100
+"""Upper bound of ``PPOConfig.ppo_epochs`` (the paper: 1; speedrun preset: 2)."""
+MAX_BATCH_SIZE = 65536
+"""Upper bound of ``PPOConfig.micro_batch_size`` / ``mini_batch_size`` (samples)."""
+MAX_LORA_RANK = 4096
+"""Upper bound of ``PPOConfig.lora_rank``."""
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyper-parameters. Defaults are the paper's settings (DESIGN.md section 7).
+
+    Attributes:
+        kl_coef: coefficient of the per-token KL penalty ``-kl_coef * (log pi - log pi_ref)``
+            added to the reward.
+        clip_ratio: PPO ratio clip epsilon.
+        value_clip: clip range of the value update around the rollout-time value.
+        entropy_coef: entropy bonus coefficient (subtracted from the actor loss).
+        vf_coef: weight of the value loss (the critic has its own optimiser, so this only
+            rescales its gradient).
+        gamma, lam: GAE discount and trace parameters (1.0, 1.0: undiscounted Monte-Carlo
+            advantages minus a value baseline).
+        actor_lr, critic_lr: AdamW learning rates.
+        weight_decay: AdamW weight decay.
+        max_grad_norm: gradient clipping threshold (global L2 norm), per model.
+        ppo_epochs: passes over each rollout batch.
+        mini_batch_size: samples per optimiser step (None: the whole batch, one step per epoch).
+        micro_batch_size: samples per forward/backward (gradients accumulate over a mini-batch).
+        whiten_advantages: whiten advantages over all valid tokens of the batch.
+        lora_rank: 0 for full fine-tuning, else LoRA rank (peft) for actor and critic.
+        lora_alpha: LoRA scaling numerator.
+        gradient_checkpointing: trade compute for memory in the backbones.
+
+    Raises:
+        ValueError: a value out of range, naming the field and the value (the integer fields
+            ``ppo_epochs`` <= :data:`MAX_PPO_EPOCHS`, ``micro_batch_size`` /
+            ``mini_batch_size`` <= :data:`MAX_BATCH_SIZE`, ``lora_rank`` <=
+            :data:`MAX_LORA_RANK`; bools and floats are refused).
+    """
+
+    kl_coef: float = 0.001
+    clip_ratio: float = 0.2
+    value_clip: float = 0.5
+    entropy_coef: float = 0.001
+    vf_coef: float = 1.0
+    gamma: float = 1.0
+    lam: float = 1.0
+    actor_lr: float = 1e-6
+    critic_lr: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    ppo_epochs: int = 1
+    mini_batch_size: int | None = None
+    micro_batch_size: int = 4
+    whiten_advantages: bool = True
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("clip_ratio", "value_clip", "actor_lr", "critic_lr", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"PPOConfig.{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("kl_coef", "entropy_coef", "weight_decay", "vf_coef"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"PPOConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.lam <= 1.0):
+            raise ValueError(f"gamma and lam must lie in [0, 1], got {self.gamma}, {self.lam}")
+        for name, high in (
+            ("ppo_epochs", MAX_PPO_EPOCHS),
+            ("micro_batch_size", MAX_BATCH_SIZE),
+            ("mini_batch_size", MAX_BATCH_SIZE),
+            ("lora_rank", MAX_LORA_RANK),
+        ):
+            value = getattr(self, name)
+            if name == "mini_batch_size" and value is None:
+                continue
+            low = 0 if name == "lora_rank" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(
+                    f"PPOConfig.{name} must be an int in [{low}, {high}]"
+                    f"{' or None' if name == 'mini_batch_size' else ''}, got {value!r}"
+                )
 
 
 @dataclass(frozen=True)
@@ -117,7 +203,8 @@ class LoopConfig:
         steps: PPO steps (>= 1); with ``exec_budget_s`` the most steps the run may take.
         exec_budget_s: execution budget per chain, seconds (None: none). The run stops before a
             step once every chain (batch row ``0 .. B-1``) has used at least this much measured
-            execution time over its generated samples (``rpg_llm.budget.budget_spent``), so that
+            execution time over its generated samples (``rpg_llm.loop.budget.budget_spent``), so
+            that
             two arms can be compared at the same execution budget (the paper's section 5
             compares budget curves; RPG's cheaper scripts then buy it more steps). ``infra``
             samples use none of it. A run killed after a step's answers were saved but before
@@ -148,18 +235,19 @@ class LoopConfig:
             than two for both decoding and the PPO step on the shared 2-core machine
             (benchmarks/RESULTS.md): the many small ops make thread barriers dominate.
         run_name: label stored with each sample (default: ``<method>-seed<seed>``).
-        action: answer format (``rpg_llm.actions.ACTION_FORMATS``): ``script`` (the paper's: the
+        action: answer format (``rpg_llm.env.actions.ACTION_FORMATS``): ``script`` (the paper's: the
             fenced block is the whole script) or ``edit`` (``NAME = <literal>`` lines replacing
             the parent's editable constants; the complete script is stored).
         describe: show the competition description in the prompts (``--no-description``
             leaves it out: shorter prompts for small models).
-        sft_steps: supervised warm-start steps before RL (``rpg_llm.sft``; 0: none). The PPO
+        sft_steps: supervised warm-start steps before RL (``rpg_llm.learner.sft``; 0: none). The PPO
             trainer is built afterwards, so its reference and critic start from the SFT weights.
         sft_lr, sft_batch_size, sft_examples: AdamW learning rate, pairs per SFT step, and the
             number of prompt -> answer pairs built from the task's baselines.
         sft_seed: seed of the SFT pairs and batch order (None: ``seed``). Runs that differ only
             in ``seed`` but share ``sft_seed`` start RL from bit-identical SFT weights, which
-            :mod:`rpg_llm.sft_cache` then computes once (``paper_figures.llm_table`` does this).
+            :mod:`rpg_llm.learner.sft_cache` then computes once (``paper_figures.llm_table`` does
+            this).
         sampling: :class:`SamplingConfig`; reward: :class:`RewardConfig` (the arm ``method`` and
             the timeout live there); ppo: :class:`PPOConfig`.
     """

@@ -7,7 +7,7 @@
   arm, buffer seeded with the competition's baseline solutions.
 * ``qwen3.5-4b-mlebench``: the paper's MLE-Bench settings (DESIGN.md section 7) with
   ``Qwen/Qwen3.5-4B`` on one GPU and the user's MLE-Bench data folder.
-* ``nanogpt-cpu``: the NanoGPT CPU stand-in (``rpg_llm.tasks.nanogpt``) with the CPU default's
+* ``nanogpt-cpu``: the NanoGPT CPU stand-in (``rpg_llm.env.tasks.nanogpt``) with the CPU default's
   model, edit answers, SFT warm start and PPO settings; seeded with the task's baseline, timeout
   300 s (the task's own), one attempt at a time, 3 PPO steps.
 * ``nanogpt-speedrun``: the NanoGPT speedrun task on the user's modded-nanogpt checkout
@@ -81,7 +81,7 @@ PRESETS: dict[str, Preset] = {
                 sft_steps=8,  # 8 steps: 0/16 -> 16/16 answers in the edit format (notes/learn.md)
                 sampling=replace(BASE.sampling, max_prompt_tokens=352, max_new_tokens=64),
                 reward=replace(BASE.reward, method="rpg", timeout_s=60.0),
-                # LoRA (issue 11 item 7): no reference copy, optimiser states and checkpoints
+                # LoRA: no reference copy, optimiser states and checkpoints
                 # of the adapters only; the learning rates are LoRA-sized (notes/lean.md)
                 ppo=replace(
                     BASE.ppo,
@@ -212,7 +212,7 @@ def missing_resources(preset: Preset, model: str, data_root: str | None) -> list
         if not folder or not Path(folder).is_dir():
             where = f" ({folder} does not exist)" if folder else ""
             missing.append(f"the data folder{where}: {preset.data_hint}")
-    from rpg_llm.policy import resolve_model
+    from rpg_llm.learner.policy import resolve_model
 
     try:
         resolve_model(model, allow_download=True)

@@ -80,7 +80,7 @@ def build_config(args: Any) -> tuple[Any, str]:
         raise UsageError(str(err)) from None
     from dataclasses import replace
 
-    from rpg_llm.tasks.cliflags import mlebench_dir_arg
+    from rpg_llm.env.tasks.cliflags import mlebench_dir_arg
 
     # the tree of --mlebench-dir, else env RPG_MLEBENCH_DIR (stored, so --resume needs no env)
     tree = mlebench_dir_arg(Path(cfg.mlebench_dir) if cfg.mlebench_dir else None)
@@ -100,7 +100,7 @@ def _task_timeout(cfg: Any, preset: Any, values: dict[str, Any]) -> Any:
     ``--timeout`` is given."""
     from dataclasses import replace
 
-    from rpg_llm.tasks import nanogpt
+    from rpg_llm.env.tasks import nanogpt
 
     if cfg.task != "nanogpt-cpu" or "reward.timeout_s" in values or preset.config.task == cfg.task:
         return cfg
@@ -114,9 +114,9 @@ def _check_speedrun(cfg: Any) -> None:
     Raises:
         UsageError: a folder not given or failing the check (names the flag and the value).
     """
+    from rpg_llm.env.tasks import nanogpt
     from rpg_llm.loop.backends import SPEEDRUN_GPUS, SPEEDRUN_ID
     from rpg_llm.presets import NANOGPT_ENV
-    from rpg_llm.tasks import nanogpt
 
     if not cfg.speedrun_dir:
         raise UsageError(
@@ -179,12 +179,12 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
     Raises:
         UsageError: naming the flag and the value.
     """
-    from rpg_llm import tasks
+    from rpg_llm.env import tasks
+    from rpg_llm.env.tasks import nanogpt
+    from rpg_llm.env.tasks.cliflags import seed_dir_arg
+    from rpg_llm.learner.policy import resolve_model
     from rpg_llm.loop.backends import SPEEDRUN_ID
-    from rpg_llm.policy import resolve_model
     from rpg_llm.presets import get_preset, missing_resources
-    from rpg_llm.tasks import nanogpt
-    from rpg_llm.tasks.cliflags import seed_dir_arg
 
     _check_device(cfg.device)
     if cfg.data_root is not None:
@@ -222,7 +222,7 @@ def _check_starting_scripts(cfg: Any, scripts: list[tuple[str, str]]) -> None:
     Raises:
         UsageError: naming ``--action edit`` or ``--sft-steps`` and the task.
     """
-    from rpg_llm.actions import editable_baselines
+    from rpg_llm.env.actions import editable_baselines
 
     source = f"--seed-dir {cfg.seed_dir}" if cfg.seed_dir is not None else f"task {cfg.task}"
     if cfg.action == "edit":
@@ -244,7 +244,7 @@ def _resume_config(args: Any) -> Any:
     """The stored config of ``--resume RUN_DIR`` (``--steps`` may extend a run; other settings
     are the run's own)."""
     from rpg_llm.config import LoopConfig, apply_flags, given_flags
-    from rpg_llm.runfolder import RunFolder
+    from rpg_llm.loop.runfolder import RunFolder
 
     values = given_flags(args)
     other = sorted(set(values) - {"steps"})
@@ -306,7 +306,7 @@ def _main(argv: Sequence[str] | None) -> int:
     t0 = time.perf_counter()
     from transformers.utils import logging as hf_logging
 
-    from rpg_llm.runfolder import RunFolderBusy
+    from rpg_llm.loop.runfolder import RunFolderBusy
 
     hf_logging.disable_progress_bar()  # the weight-loading bar; the step lines say what happens
 
@@ -325,7 +325,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _finished(run_dir: Path, steps: int) -> bool:
     """True when ``run_dir`` has a checkpoint of step ``steps`` (the run's last step)."""
-    from rpg_llm.runfolder import RunFolder
+    from rpg_llm.loop.runfolder import RunFolder
 
     return (RunFolder(run_dir).latest_checkpoint() or 0) >= steps
 
@@ -353,8 +353,8 @@ def _report(records: list[Any], wall: float, run_dir: Path, plot: bool, method: 
     if records:
         print(summary_line(records[-1], method))
     if plot:
-        from rpg_llm.budget import write_budget_csv
-        from rpg_llm.runfolder import RunFolder
+        from rpg_llm.loop.budget import write_budget_csv
+        from rpg_llm.loop.runfolder import RunFolder
 
         try:
             csv = write_budget_csv([run_dir], RunFolder(run_dir).figure_dir / "budget_curves.csv")

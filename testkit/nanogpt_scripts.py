@@ -19,7 +19,7 @@ STEPS = 2
 def small_settings(**changes: Any) -> Any:
     """Small NanoGPT test settings (val every step, a (4, 16) evaluation batch, 120 s limits,
     target loss 5.0), with ``changes`` (``NanoGPTSettings`` fields) applied."""
-    from rpg_llm.tasks.nanogpt.settings import cpu_settings
+    from rpg_llm.env.tasks.nanogpt.settings import cpu_settings
 
     return replace(
         cpu_settings(target_loss=5.0),

@@ -1,6 +1,6 @@
 """Hand-made buffer samples for the buffer and parent-selection tests.
 
-``toy_sample(i, reward, time_s, run="r", **changes)``: a valid :class:`rpg_llm.buffer.Sample`
+``toy_sample(i, reward, time_s, run="r", **changes)``: a valid :class:`rpg_llm.loop.buffer.Sample`
 of task ``toy`` numbered ``i`` (step ``i // 4``, row ``i % 4``, code ``print(i)``, score =
 raw reward = ``reward``, ``exec_time`` = ``time_s`` seconds, created at ``1000 + i``); the
 ``changes`` replace any field.
@@ -15,7 +15,7 @@ __all__ = ["toy_sample"]
 
 def toy_sample(i: int, reward: float = 0.0, time_s: float = 1.0, run: str = "r", **changes: Any):
     """A toy Sample (fields as in the module docstring, ``changes`` applied)."""
-    from rpg_llm.buffer import Sample
+    from rpg_llm.loop.buffer import Sample
 
     fields = dict(
         run=run,

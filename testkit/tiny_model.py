@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from rpg_llm.policy import CHATML_TEMPLATE
+from rpg_llm.learner.policy import CHATML_TEMPLATE
 
 __all__ = ["build_tiny_model"]
 

@@ -19,9 +19,9 @@ __all__ = ["tiny_edit_config", "bbc_backends"]
 
 def tiny_edit_config(model_dir: Path | str, **changes: Any) -> Any:
     """The shared tiny edit-format LoopConfig, with ``changes`` applied."""
+    from rpg_llm.learner.ppo import PPOConfig
     from rpg_llm.loop import LoopConfig, SamplingConfig
-    from rpg_llm.ppo import PPOConfig
-    from rpg_llm.rewards import RewardConfig
+    from rpg_llm.loop.rewards import RewardConfig
 
     base = LoopConfig(
         task="text",
@@ -43,7 +43,7 @@ def tiny_edit_config(model_dir: Path | str, **changes: Any) -> Any:
 
 def bbc_backends(names: Sequence[str]) -> Any:
     """``default_backends()`` whose baselines are bbc-news-logloss's ``names`` only."""
-    from rpg_llm import tasks
+    from rpg_llm.env import tasks
     from rpg_llm.loop import default_backends
 
     b = default_backends()

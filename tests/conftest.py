@@ -7,7 +7,7 @@ import tempfile
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# the SFT weights cache (rpg_llm.sft_cache): never the user's; a fresh one per test (below)
+# the SFT weights cache (rpg_llm.learner.sft_cache): never the user's; a fresh one per test (below)
 os.environ["RPG_SFT_CACHE"] = tempfile.mkdtemp(prefix="rpg-test-sft-cache-")
 
 try:

@@ -25,6 +25,6 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_policy(tiny_model_dir: Path):
     """The tiny model loaded on CPU in float32."""
-    from rpg_llm.policy import load_policy
+    from rpg_llm.learner.policy import load_policy
 
     return load_policy(str(tiny_model_dir), device="cpu")

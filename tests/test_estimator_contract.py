@@ -1,6 +1,7 @@
 """Reward-rate estimator contract (DESIGN.md section 4), run against every backend.
 
-Backends: ``"jax"`` (``rpg_jax.estimator``) and ``"torch"`` (``rpg_llm.estimator``). A backend is
+Backends: ``"jax"`` (``rpg_jax.estimator``) and ``"torch"`` (``rpg_llm.loop.estimator``). A backend
+is
 skipped, with the reason, when its framework or module is missing. Both modules expose the same
 names and semantics:
 
@@ -115,9 +116,9 @@ class TorchBackend(Backend):
     def __init__(self):
         self.torch = pytest.importorskip("torch", reason="torch is not installed")
         try:
-            self.mod = importlib.import_module("rpg_llm.estimator")
+            self.mod = importlib.import_module("rpg_llm.loop.estimator")
         except ImportError as err:
-            pytest.skip(f"rpg_llm.estimator not importable (not written yet?): {err}")
+            pytest.skip(f"rpg_llm.loop.estimator not importable (not written yet?): {err}")
 
     def _t(self, x):
         return self.torch.as_tensor(np.asarray(x, float), dtype=self.torch.float64)
@@ -440,7 +441,7 @@ def test_backends_agree():
 
 def test_shared_algebra_is_backend_free_and_both_backends_use_it():
     """rpg_core.niw imports neither jax nor torch (DESIGN.md section 1), and both backends take
-    their constants, state type and checks from it (one algebra, issue 8 item 2)."""
+    their constants, state type and checks from it (one algebra)."""
     import subprocess
     import sys
 

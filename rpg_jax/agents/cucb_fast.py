@@ -38,7 +38,7 @@ blocks of ``B ~ sqrt(N)`` consecutive items, so a block holds items of similar `
 Stages 3 and 4 loop over compacted lists of pairs (static shapes; ``lax.while_loop``); under
 ``vmap`` a loop runs as many iterations as the seed that needs most. The result equals full
 enumeration (``cucb_lambda.best_policy_bruteforce``) whenever the maximum is above ``1e-9``, up
-to float rounding in the certificates; tests/test_cucb.py checks it against full enumeration on
+to float rounding in the certificates; tests/jax/test_cucb.py checks it against full enumeration on
 random statistics (with near-optimal incumbents) and at every decision of a real C-UCB run.
 
 Sorting uses one int32 sort of packed keys per half: ``argsort`` is ~3x slower on XLA:CPU.

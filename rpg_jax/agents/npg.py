@@ -187,7 +187,7 @@ def reference_niw_estimator(
 
     Source: DESIGN.md section 5 ("The NIW update gets the non-empty slots only, so n = their
     count, which is also the synthetic batch size"); the law is tested against a NumPy masked
-    refit in ``tests/test_npg.py`` (``testkit/numpy_ref_masked.py``).
+    refit in ``tests/jax/test_npg.py`` (``testkit/numpy_ref_masked.py``).
     """
     from rpg_jax import estimator as est
 

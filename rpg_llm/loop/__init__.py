@@ -1,28 +1,42 @@
-"""The self-improvement training loop (paper Algorithm 1), one module per stage.
+"""The self-improvement loop (paper Algorithm 1): what turns (reward, delta) into training.
 
-``rollout`` (prompts + generation), ``execution`` (scripts -> stored samples), ``accounting``
-(estimator refit + rewards), ``update`` (PPO), ``recording`` (metrics, TensorBoard,
-checkpoints), ``dist`` (several processes), ``backends`` (the injectable environment) and
-``trainer`` (:class:`Trainer`, whose ``step`` strings the stages together; :func:`train`).
+Owns the durable state of a run and the stages that string the environment and the learner
+together: ``buffer`` (every sample, SQLite), ``runfolder`` (the run folder, its lock, resume
+records), ``estimator`` (the NIW reward-rate estimator, torch backend), ``accounting`` (the rate
+tracker: slot sums, refits of ``rho_hat``, relative rewards), ``rewards`` (the reward formulas),
+``budget`` (execution budgets and budget curves), and one module per stage of a step:
+``rollout`` (parents, prompts, generation), ``execution`` (scripts -> stored samples), ``update``
+(PPO), ``recording`` (metrics, TensorBoard, checkpoints); ``dist`` (several processes),
+``backends`` (the injectable environment) and ``trainer`` (:class:`Trainer`, :func:`train`).
+
+The names below are imported on first use, so ``rpg_llm.loop.buffer``, ``.runfolder``,
+``.rewards`` and ``.budget`` can be read without torch (e.g. by ``paper_figures``).
 """
 
-from rpg_llm.config import LoopConfig, SamplingConfig
-from rpg_llm.loop.accounting import Accounts, RateTracker
-from rpg_llm.loop.backends import Backends, default_backends
-from rpg_llm.loop.recording import StepRecord
-from rpg_llm.loop.rollout import Rollout
-from rpg_llm.loop.trainer import SEED_STEP, Trainer, train
+from __future__ import annotations
 
-__all__ = [
-    "LoopConfig",
-    "SamplingConfig",
-    "Accounts",
-    "RateTracker",
-    "Backends",
-    "default_backends",
-    "StepRecord",
-    "Rollout",
-    "SEED_STEP",
-    "Trainer",
-    "train",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "LoopConfig": "rpg_llm.config",
+    "SamplingConfig": "rpg_llm.config",
+    "Accounts": "rpg_llm.loop.accounting",
+    "RateTracker": "rpg_llm.loop.accounting",
+    "Backends": "rpg_llm.loop.backends",
+    "default_backends": "rpg_llm.loop.backends",
+    "StepRecord": "rpg_llm.loop.recording",
+    "Rollout": "rpg_llm.loop.rollout",
+    "SEED_STEP": "rpg_llm.loop.trainer",
+    "Trainer": "rpg_llm.loop.trainer",
+    "train": "rpg_llm.loop.trainer",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import ``name`` from its module on first use (PEP 562)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'rpg_llm.loop' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -3,7 +3,8 @@
 Slot ``i % S`` accumulates the raw reward and the charged time of batch row ``i`` (never reset;
 DESIGN.md section 4); the NIW estimator is refitted on the slot sums after every step and gives
 that step's ``rho_hat``; rewards are then relative (RPG) or raw (vanilla), plus the improvement
-bonus (:mod:`rpg_llm.rewards`); a task with rewards of its own (NanoGPT) replaces the raw reward
+bonus (:mod:`rpg_llm.loop.rewards`); a task with rewards of its own (NanoGPT) replaces the raw
+reward
 the slots get, the vanilla reward and the bonus (:class:`TaskRewards`). Samples whose status is
 ``infra`` (the sandbox, grader set-up or machine failed, not the script) feed neither the slots
 nor the best score.
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rpg_llm.rewards import RewardConfig, StepRewards, charged_time, step_rewards
+from rpg_llm.loop.rewards import RewardConfig, StepRewards, charged_time, step_rewards
 
 __all__ = [
     "RateTracker",
@@ -80,7 +81,7 @@ class RateTracker:
 
 
 class TaskRewards(typing.NamedTuple):
-    """A task's own rewards (the NanoGPT task, ``rpg_llm.tasks.nanogpt.rewards``).
+    """A task's own rewards (the NanoGPT task, ``rpg_llm.env.tasks.nanogpt.rewards``).
 
     Attributes:
         rate: ``(score, valid) -> float``, what the estimator's slots get (``max(0, 10 - L)``
@@ -96,7 +97,7 @@ def nanogpt_rewards(target: float) -> TaskRewards:
     """The NanoGPT task's rewards for target val loss ``target`` (nats): the estimator is fed
     ``nanogpt.rate_reward``, vanilla gets ``nanogpt.vanilla_reward`` (invalid: -3000); the RPG
     arm's raw reward is the stored ``nanogpt.rpg_reward`` (its own +5 bonus included)."""
-    from rpg_llm.tasks import nanogpt
+    from rpg_llm.env.tasks import nanogpt
 
     return TaskRewards(
         rate=nanogpt.rate_reward,

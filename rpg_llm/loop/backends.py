@@ -22,7 +22,7 @@ class Backends:
         make_executor: ``(kind, workers) -> executor`` with ``map`` (and optional ``shutdown``).
         run_batch: ``(codes, comp, sandbox, timeout_s, executor) -> [Outcome]``.
         buffer_cls: ``(path, capacity) -> SampleBuffer``; sample_cls: the buffer's ``Sample``.
-        estimator: module with ``init_state`` and ``refit`` (rpg_llm.estimator's contract).
+        estimator: module with ``init_state`` and ``refit`` (rpg_llm.loop.estimator's contract).
     """
 
     load_task: Callable[..., Any]
@@ -52,8 +52,8 @@ def _load_task(
     Raises:
         ValueError: unknown or unprepared task, a bad tree, a speedrun set-up check failing.
     """
-    from rpg_llm import tasks
-    from rpg_llm.tasks import nanogpt
+    from rpg_llm.env import tasks
+    from rpg_llm.env.tasks import nanogpt
 
     root = Path(data_root) if data_root else None
     if task in nanogpt.TASK_IDS:
@@ -61,7 +61,7 @@ def _load_task(
     if task == SPEEDRUN_ID:
         if speedrun_dir is None or root is None:
             raise ValueError(f"task {SPEEDRUN_ID} needs --speedrun-dir and --data-root")
-        from rpg_llm.tasks.nanogpt.speedrun import load_speedrun_task
+        from rpg_llm.env.tasks.nanogpt.speedrun import load_speedrun_task
 
         return load_speedrun_task(speedrun_dir, root, nproc=SPEEDRUN_GPUS)
     comp_id = tasks.resolve_id(task)
@@ -75,8 +75,8 @@ def _run_batch(
     codes: list[str], comp: Any, sandbox: Any, timeout_s: float, executor: Any = None
 ) -> list[Any]:
     """``nanogpt.run_batch`` for a NanoGPT task, else ``execute.run_batch`` (same contract)."""
-    from rpg_llm import execute
-    from rpg_llm.tasks import nanogpt
+    from rpg_llm.env import execute
+    from rpg_llm.env.tasks import nanogpt
 
     if isinstance(comp, nanogpt.NanoGPTTask):
         return nanogpt.run_batch(codes, comp, sandbox, timeout_s, executor)
@@ -91,8 +91,8 @@ def seed_solutions(cfg: Any) -> Callable[[str], list[tuple[str, str]]]:
     The returned function raises ValueError when ``cfg.seed_dir`` is not a folder of valid
     ``.py`` scripts (``python -m rpg_llm.run`` checks it before the run folder is made).
     """
-    from rpg_llm import tasks
-    from rpg_llm.tasks import nanogpt
+    from rpg_llm.env import tasks
+    from rpg_llm.env.tasks import nanogpt
 
     seed_dir = getattr(cfg, "seed_dir", None) if cfg is not None else None
     if seed_dir is not None:  # read when the buffer is seeded (a resumed run never reads it)
@@ -105,7 +105,7 @@ def seed_solutions(cfg: Any) -> Callable[[str], list[tuple[str, str]]]:
 
 
 def _make_executor(kind: str, workers: int) -> Any:
-    from rpg_llm.sandbox import LocalExecutor, RayExecutor
+    from rpg_llm.env.sandbox import LocalExecutor, RayExecutor
 
     if kind == "ray":
         return RayExecutor()
@@ -113,13 +113,14 @@ def _make_executor(kind: str, workers: int) -> Any:
 
 
 def default_backends(cfg: Any = None) -> Backends:
-    """The real environment: rpg_llm.tasks (NanoGPT tasks included), sandbox, execute, buffer and
+    """The real environment: rpg_llm.env.tasks (NanoGPT tasks included), sandbox, execute, buffer
+    and
     estimator; with ``cfg`` (a :class:`rpg_llm.config.LoopConfig`) the task loader gets its
     ``mlebench_dir`` / ``speedrun_dir`` and the seeds follow ``cfg.seed_dir``
     (:func:`seed_solutions`).
     """
-    from rpg_llm import buffer, estimator
-    from rpg_llm.sandbox import make_sandbox
+    from rpg_llm.env.sandbox import make_sandbox
+    from rpg_llm.loop import buffer, estimator
 
     mlebench_dir = getattr(cfg, "mlebench_dir", None)
     speedrun_dir = getattr(cfg, "speedrun_dir", None)

@@ -1,6 +1,6 @@
 """Execution stage: scripts -> outcomes -> stored samples (paper Algorithm 1, lines 6-8).
 
-Each response becomes a script through :func:`rpg_llm.actions.parse_action` in the run's action
+Each response becomes a script through :func:`rpg_llm.env.actions.parse_action` in the run's action
 format: ``script``, the fenced code block; ``edit``, the block's ``NAME = <literal>`` lines applied
 to the row's parent script (a block holding a whole script runs as that script). An answer without
 a block, or an edit that cannot be applied, is an ``invalid`` sample with the action's outcome
@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rpg_llm.actions import NO_BLOCK_TEXT, Action, parse_action
+from rpg_llm.env.actions import NO_BLOCK_TEXT, Action, parse_action
+from rpg_llm.loop.rewards import INVALID_REWARD
 from rpg_llm.loop.rollout import Rollout, prompt_hash
-from rpg_llm.rewards import INVALID_REWARD
 
 __all__ = [
     "NO_CODE_TEXT",
@@ -133,7 +133,7 @@ def execute_rollout(
 
 
 def rollout_actions(rollout: Rollout, action: str) -> list[Action]:
-    """The :class:`rpg_llm.actions.Action` of each row (pure: the same answers and parents give
+    """The :class:`rpg_llm.env.actions.Action` of each row (pure: the same answers and parents give
     the same actions, so the step metrics can recompute them).
 
     Raises:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rpg_llm.runfolder import RunFolder
+from rpg_llm.loop.runfolder import RunFolder
 
 __all__ = ["StepRecord", "step_record", "sample_rows", "Recorder", "json_metrics"]
 
@@ -111,7 +111,8 @@ def step_record(
     replayed: bool,
     best_generated: float = -math.inf,
 ) -> StepRecord:
-    """The metrics of a step from its samples, :class:`rpg_llm.rewards.StepRewards` and times."""
+    """The metrics of a step from its samples, :class:`rpg_llm.loop.rewards.StepRewards` and
+    times."""
     valid = np.array([s.status == "ok" for s in samples])
     return StepRecord(
         step=step,

@@ -2,7 +2,8 @@
 
 Parents are the top-``B`` buffer entries by ``raw_reward - rho_hat * time`` (vanilla: raw reward;
 DESIGN.md section 7); the base prompt while the buffer is empty. In the ``edit`` action format
-(:mod:`rpg_llm.actions`) the prompt is :func:`rpg_llm.prompts.edit_prompt` of the parent's stored
+(:mod:`rpg_llm.env.actions`) the prompt is :func:`rpg_llm.env.prompts.edit_prompt` of the parent's
+stored
 script, and while the buffer is empty of one of the task's baselines with editable constants
 (row ``i``: baseline ``i mod n``). Every row keeps its parent's code, which the execution stage
 applies the edit to. Generation is seeded per step
@@ -15,7 +16,7 @@ import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rpg_llm.prompts import BASELINE_OUTCOME, base_prompt, edit_prompt, improve_prompt
+from rpg_llm.env.prompts import BASELINE_OUTCOME, base_prompt, edit_prompt, improve_prompt
 
 __all__ = ["Rollout", "prompt_hash", "make_prompts", "generate_rollout", "CHAT_TEMPLATE_ROOM"]
 
@@ -87,7 +88,7 @@ def make_prompts(
         description: the competition description (``""``: left out of the prompts).
         timeout_s: the time limit stated in the prompt, seconds.
         max_prompt_tokens: prompt budget in tokens (the parent's code is cut to fit).
-        action: ``"script"`` or ``"edit"`` (:data:`rpg_llm.actions.ACTION_FORMATS`).
+        action: ``"script"`` or ``"edit"`` (:data:`rpg_llm.env.actions.ACTION_FORMATS`).
         baselines: ``(name, code)`` of the task's baselines: the parents of the edit format's
             base prompt (read only while the buffer is empty).
 
@@ -97,7 +98,7 @@ def make_prompts(
     Raises:
         ValueError: edit format, empty buffer and no baseline with editable constants.
     """
-    from rpg_llm.actions import editable_baselines, editable_constants
+    from rpg_llm.env.actions import editable_baselines, editable_constants
 
     def count(s: str) -> int:
         return len(tokenizer(s, add_special_tokens=False)["input_ids"])
@@ -140,13 +141,14 @@ def generate_rollout(
     """Generate one response per prompt, each process its rows, gathered in row order.
 
     Args:
-        policy: :class:`rpg_llm.policy.Policy` (tokenizer, device); model: the module to sample
+        policy: :class:`rpg_llm.learner.policy.Policy` (tokenizer, device); model: the module to
+        sample
             from (the PPO actor). sampling: :class:`rpg_llm.config.SamplingConfig`.
         seed: the run seed (the step's generator is seeded from it, the step and the rank).
         dist: :class:`rpg_llm.loop.dist.Dist`.
         parent_codes: the rows' parent scripts (kept in the rollout for the execution stage).
     """
-    from rpg_llm.policy import chat_prompt_ids, generate
+    from rpg_llm.learner.policy import chat_prompt_ids, generate
 
     tok = policy.tokenizer
     query_ids = [chat_prompt_ids(tok, p, sampling.max_prompt_tokens) for p in prompts]

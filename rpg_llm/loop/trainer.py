@@ -37,17 +37,17 @@ from typing import Any
 
 import torch
 
-from rpg_llm.budget import budget_spent
 from rpg_llm.config import LoopConfig
+from rpg_llm.env.sandbox.workdir import remove_stale_workdirs
 from rpg_llm.loop.accounting import Accounts, RateTracker, TaskRewards, infra_mask, nanogpt_rewards
 from rpg_llm.loop.backends import Backends, default_backends
+from rpg_llm.loop.budget import budget_spent
 from rpg_llm.loop.dist import Dist
 from rpg_llm.loop.execution import execute_rollout, execute_seeds, rollout_actions
 from rpg_llm.loop.recording import Recorder, StepRecord, step_record
 from rpg_llm.loop.rollout import Rollout, generate_rollout, make_prompts
+from rpg_llm.loop.runfolder import RunFolder
 from rpg_llm.loop.update import ppo_update, trainable_rows
-from rpg_llm.runfolder import RunFolder
-from rpg_llm.sandbox.workdir import remove_stale_workdirs
 
 __all__ = ["Trainer", "train", "SEED_STEP", "weights_digest", "answer_counts"]
 
@@ -127,8 +127,8 @@ class Trainer:
         self.dist.barrier()
 
     def _load_policy(self, resume: bool) -> None:
-        from rpg_llm.policy import load_policy
-        from rpg_llm.ppo import PPOTrainer, return_large_frees_to_os
+        from rpg_llm.learner.policy import load_policy
+        from rpg_llm.learner.ppo import PPOTrainer, return_large_frees_to_os
 
         if (self.cfg.device or str(self.dist.acc.device)).startswith("cpu"):
             return_large_frees_to_os()  # peak RSS: freed tensors leave the process
@@ -139,7 +139,7 @@ class Trainer:
         log.info("policy %s loaded in %.1f s", self.policy.path, time.perf_counter() - t0)
         self.sft_losses = self._warm_start(resume)  # before the trainer: reference = SFT weights
         torch.manual_seed(self.cfg.seed)
-        # the trainer's log-probs are taken at the sampler's temperature (rpg_llm.ppo)
+        # the trainer's log-probs are taken at the sampler's temperature (rpg_llm.learner.ppo)
         self.ppo = PPOTrainer(
             self.policy.model,
             self.cfg.ppo,
@@ -155,7 +155,8 @@ class Trainer:
         return len(self.policy.tokenizer(s, add_special_tokens=False)["input_ids"])
 
     def _warm_start(self, resume: bool) -> list[float]:
-        """SFT warm start (``cfg.sft_steps`` steps; :mod:`rpg_llm.sft`) of the actor in place.
+        """SFT warm start (``cfg.sft_steps`` steps; :mod:`rpg_llm.learner.sft`) of the actor in
+        place.
 
         Fresh run: the losses go to ``metrics.jsonl`` (lines with ``step`` 0 and ``sft_step``)
         and TensorBoard (``sft/loss``); the fine-tuned weights are written once to
@@ -205,15 +206,16 @@ class Trainer:
         """Build the SFT examples and fine-tune the actor in place; returns the losses and the
         fine-tuned weights' :func:`weights_digest` (hashed once: ~0.5 GB for the 135M model).
 
-        The result is memoised by :mod:`rpg_llm.sft_cache` (keyed by the starting weights, the
+        The result is memoised by :mod:`rpg_llm.learner.sft_cache` (keyed by the starting weights,
+        the
         pairs and every SFT setting; bit-identical on a CPU), so runs that share them -- the
         arms and seeds of ``paper_figures.llm_table`` at one ``--sft-seed`` -- compute it once.
         """
         import gc
 
-        from rpg_llm import sft_cache
+        from rpg_llm.learner import sft_cache
+        from rpg_llm.learner.sft import build_sft_examples, sft_warm_start
         from rpg_llm.loop.rollout import CHAT_TEMPLATE_ROOM
-        from rpg_llm.sft import build_sft_examples, sft_warm_start
 
         cfg = self.cfg
         seed = cfg.seed if cfg.sft_seed is None else cfg.sft_seed
@@ -418,7 +420,7 @@ class Trainer:
 
     def budget_spent(self, step: int) -> bool:
         """Whether every chain has used ``cfg.exec_budget_s`` seconds of execution over steps
-        ``1 .. step`` (:func:`rpg_llm.budget.budget_spent`; False without a budget). Decided on
+        ``1 .. step`` (:func:`rpg_llm.loop.budget.budget_spent`; False without a budget). Decided on
         the main process and shared, so every process stops at the same step (collective)."""
         if self.cfg.exec_budget_s is None or step < 1:
             return False
@@ -536,7 +538,7 @@ def weights_digest(model: torch.nn.Module) -> str:
 
 
 def answer_counts(actions: list[Any]) -> dict[str, int]:
-    """Counts of a step's answers by what they became (:class:`rpg_llm.actions.Action`):
+    """Counts of a step's answers by what they became (:class:`rpg_llm.env.actions.Action`):
     ``edit`` (edits applied), ``changed`` (edits that change at least one value), ``script``
     (whole scripts), ``invalid`` (no block, or an edit that cannot be applied)."""
     return {
@@ -549,7 +551,7 @@ def answer_counts(actions: list[Any]) -> dict[str, int]:
 
 def _task_rewards(comp: Any) -> TaskRewards | None:
     """The task's own rewards (a NanoGPT task: :func:`nanogpt_rewards` of its target), or None."""
-    from rpg_llm.tasks import nanogpt
+    from rpg_llm.env.tasks import nanogpt
 
     if isinstance(comp, nanogpt.NanoGPTTask):
         return nanogpt_rewards(comp.settings.target_loss)

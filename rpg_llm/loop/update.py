@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rpg_llm.ppo import PPOBatch
+from rpg_llm.learner.ppo import PPOBatch
 
 __all__ = ["trainable_rows", "ppo_update"]
 

@@ -1,0 +1,65 @@
+"""Grade one submission: ``python -m rpg_llm.env.grade COMPETITION SUBMISSION.csv [options]``.
+
+Options: ``--data-root D`` (offline competitions), ``--mlebench-dir D`` (an MLE-Bench tree).
+
+Prints one JSON object: ``competition, submission, score, valid, reason, percentile, medal,
+lower_is_better, raw_reward`` (raw reward per DESIGN.md section 7; ``score`` rounded to 5
+decimals as MLE-Bench does). Exit status 0 when the report was produced (valid or not); 2 with one
+line on stderr for a usage error (a missing submission file, an unknown or unprepared
+competition, a ``--mlebench-dir`` without ``mlebench/competitions``); 1 with one line when the
+competition cannot be graded at all (:class:`rpg_llm.env.tasks.GradingSetupError`: answers missing,
+grader not importable).
+
+The data root is ``--data-root``, else env ``RPG_DATA_ROOT``, else ``~/.cache/rpg/competitions``.
+The MLE-Bench tree is ``--mlebench-dir``, else env ``RPG_MLEBENCH_DIR``, else none: its
+``mlebench/competitions/<id>/`` is read directly (config.yaml, grade.py, leaderboard.csv,
+description.md), without the ``mlebench`` package (see :mod:`rpg_llm.env.tasks.format`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from rpg_core.cli import ArgumentParser, UsageError, run_cli, usage_check
+from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, mlebench_dir_arg
+from rpg_llm.env.tasks.format import load_competition
+from rpg_llm.env.tasks.grading import grade_submission, raw_reward
+
+PROG = "python -m rpg_llm.env.grade"
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
+    parser.add_argument("competition", help="competition id or alias ('text')")
+    parser.add_argument("submission", type=Path, help="submission CSV")
+    parser.add_argument("--data-root", type=Path, default=None)
+    add_mlebench_dir_flag(parser)
+    args = parser.parse_args(argv)
+    usage_check(args.submission.exists(), f"submission file not found: {args.submission}")
+    usage_check(
+        args.submission.is_file(), f"submission {args.submission} is a folder, not a CSV file"
+    )
+    tree = mlebench_dir_arg(args.mlebench_dir)
+    try:
+        comp = load_competition(args.competition, args.data_root, tree)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    report = grade_submission(comp, args.submission)  # GradingSetupError: exit 1, one line
+    out = {"competition": comp.id, "submission": str(args.submission), **report.to_dict()}
+    try:
+        out["raw_reward"] = raw_reward(report)
+    except ValueError:  # lower-is-better competition without a leaderboard
+        out["raw_reward"] = None
+    print(json.dumps(out))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI under the project's exit-status convention; returns the exit status."""
+    return run_cli(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

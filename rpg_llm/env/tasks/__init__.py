@@ -1,0 +1,69 @@
+"""Competitions in MLE-Bench format: loading, offline preparation, grading and rewards.
+
+See DESIGN.md section 7. Public API::
+
+    Competition, default_data_root, default_mlebench_dir, load_competition,
+    list_offline_competitions, list_tree_competitions, is_prepared, mlebench_status, prepare,
+    GradeReport, GradingSetupError, grade_submission, load_grader, raw_reward, INVALID_REWARD,
+    SCORE_DECIMALS, baseline_solutions, seed_scripts, DEFAULT_TEXT_TASK, TASK_ALIASES
+"""
+
+from rpg_llm.env.tasks.format import (
+    DEFAULT_TEXT_TASK,
+    TASK_ALIASES,
+    Competition,
+    default_data_root,
+    default_mlebench_dir,
+    is_prepared,
+    list_tree_competitions,
+    load_competition,
+    mlebench_status,
+    resolve_id,
+)
+from rpg_llm.env.tasks.grading import (
+    INVALID_REWARD,
+    SCORE_DECIMALS,
+    GradeReport,
+    GradingSetupError,
+    grade_submission,
+    leaderboard_percentile,
+    load_grader,
+    medal_for,
+    raw_reward,
+)
+from rpg_llm.env.tasks.metrics import InvalidSubmissionError
+from rpg_llm.env.tasks.offline import (
+    baseline_solutions,
+    list_offline_competitions,
+    prepare,
+    split_hash,
+)
+from rpg_llm.env.tasks.seeds import seed_scripts
+
+__all__ = [
+    "DEFAULT_TEXT_TASK",
+    "INVALID_REWARD",
+    "SCORE_DECIMALS",
+    "TASK_ALIASES",
+    "Competition",
+    "GradeReport",
+    "GradingSetupError",
+    "InvalidSubmissionError",
+    "baseline_solutions",
+    "default_data_root",
+    "default_mlebench_dir",
+    "grade_submission",
+    "is_prepared",
+    "leaderboard_percentile",
+    "list_offline_competitions",
+    "list_tree_competitions",
+    "load_competition",
+    "load_grader",
+    "medal_for",
+    "mlebench_status",
+    "prepare",
+    "raw_reward",
+    "resolve_id",
+    "seed_scripts",
+    "split_hash",
+]

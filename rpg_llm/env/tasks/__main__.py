@@ -1,0 +1,133 @@
+"""CLI: ``python -m rpg_llm.env.tasks prepare NAME|all`` and ``python -m rpg_llm.env.tasks list``.
+
+``prepare`` builds offline competitions under the data root (``--data-root``, else env
+``RPG_DATA_ROOT``, else ``~/.cache/rpg/competitions``) and prints one line per competition with
+its folder, leaderboard size, best score and build time in seconds, then the total.
+
+``list`` prints one line per competition, tab-separated: id, source (``offline``, or ``mlebench``
+for a competition of the ``--mlebench-dir`` tree, default env ``RPG_MLEBENCH_DIR``) and whether its
+data is prepared under the data root (``prepared``, with the leaderboard size when there is one,
+or ``not prepared``).
+
+Usage errors exit 2 with one line naming the flag and the value; other failures exit 1 with one
+line (``rpg_core.cli``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rpg_core.cli import ArgumentParser, UsageError, run_cli, usage_check
+from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, mlebench_dir_arg
+from rpg_llm.env.tasks.format import (
+    TREE_COMPETITIONS,
+    default_data_root,
+    is_prepared,
+    list_tree_competitions,
+    read_board,
+    resolve_id,
+)
+from rpg_llm.env.tasks.offline import list_offline_competitions, prepare
+
+PROG = "python -m rpg_llm.env.tasks"
+
+
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(prog=PROG, description="Offline competitions: build and list.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+    p_prepare = sub.add_parser("prepare", help="build offline competition folders")
+    p_prepare.add_argument("name", help="competition id, alias ('text') or 'all'")
+    p_prepare.add_argument("--data-root", type=Path, default=None)
+    p_prepare.add_argument("--seed", type=int, default=0)
+    p_prepare.add_argument("--force", action="store_true", help="rebuild even if cached")
+    p_prepare.add_argument("--no-leaderboard", action="store_true")
+    p_prepare.add_argument("--workers", type=int, default=None)
+    add_mlebench_dir_flag(p_prepare)
+    p_list = sub.add_parser("list", help="list the competitions and whether they are prepared")
+    p_list.add_argument("--data-root", type=Path, default=None)
+    add_mlebench_dir_flag(p_list)
+    return parser
+
+
+def _list(data_root: Path, tree: Path | None) -> int:
+    rows = [(comp_id, "offline") for comp_id in list_offline_competitions()]
+    if tree is not None:
+        rows += [(comp_id, "mlebench") for comp_id in list_tree_competitions(tree)]
+    for comp_id, source in rows:
+        status = "not prepared"
+        if is_prepared(comp_id, data_root):
+            base = data_root / comp_id
+            if source == "mlebench":
+                base = tree / TREE_COMPETITIONS / comp_id
+            try:
+                board = read_board(base / "leaderboard.csv")
+            except ValueError:
+                board = None
+            status = "prepared" + ("" if board is None else f" (leaderboard {len(board)})")
+        print(f"{comp_id}\t{source}\t{status}")
+    return 0
+
+
+def _prepare(args: Any, data_root: Path, tree: Path | None) -> int:
+    known = list_offline_competitions()
+    if args.name == "all":
+        names = known
+    else:
+        try:
+            comp_id = resolve_id(args.name)
+        except ValueError as exc:
+            raise UsageError(f"prepare {args.name!r}: {exc}") from exc
+        if comp_id not in known:
+            if tree is not None and comp_id in list_tree_competitions(tree):
+                raise UsageError(
+                    f"prepare {comp_id!r}: an MLE-Bench competition of {tree}; prepare it with "
+                    f"mle-bench (`mlebench prepare -c {comp_id} --data-dir {data_root}`)"
+                )
+            raise UsageError(f"unknown competition {args.name!r}; offline ones: {', '.join(known)}")
+        names = [comp_id]
+    usage_check(
+        args.workers is None or args.workers >= 1, f"--workers must be >= 1, got {args.workers}"
+    )
+    usage_check(args.seed >= 0, f"--seed must be >= 0, got {args.seed}")
+    total = time.perf_counter()
+    for name in names:
+        start = time.perf_counter()
+        comp = prepare(
+            name,
+            data_root,
+            seed=args.seed,
+            force=args.force,
+            leaderboard=not args.no_leaderboard,
+            workers=args.workers,
+        )
+        n_board = 0 if comp.leaderboard is None else len(comp.leaderboard)
+        best = "" if comp.leaderboard is None else f" best={comp.leaderboard['score'].iloc[0]:.5g}"
+        print(
+            f"{comp.id}: {comp.root} leaderboard={n_board}{best} "
+            f"({'lower' if comp.lower_is_better else 'higher'} is better) "
+            f"{time.perf_counter() - start:.1f} s",
+            flush=True,
+        )
+    print(f"total {time.perf_counter() - total:.1f} s")
+    return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    tree = mlebench_dir_arg(args.mlebench_dir)
+    data_root = Path(args.data_root).expanduser() if args.data_root else default_data_root()
+    if args.command == "list":
+        return _list(data_root, tree)
+    return _prepare(args, data_root, tree)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI under the project's exit-status convention; returns the exit status."""
+    return run_cli(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,343 @@
+"""Durable sample buffer: every generated script and its outcome, in SQLite (WAL journal).
+
+Paper section 4 (Algorithm 1): each step stores the action a_t (the script), its duration delta
+and reward r in the buffer B; the next prompts improve on parents drawn from B by top-k relative
+reward ``raw_reward - rho_hat * exec_time`` (vanilla RL: raw reward).  DESIGN section 7: B parents
+per step, capacity 10 B, deterministic, cycling when short.
+
+Durability: one transaction per ``add_many`` (``BEGIN IMMEDIATE`` ... ``COMMIT``) with
+``synchronous=FULL``, so a process killed at any moment (even SIGKILL) loses no committed sample
+and leaves no partial row; history is never deleted, ``capacity`` only limits the active set.
+A sample is identified by ``(run, step, row)``: the database refuses a second one (a UNIQUE
+index), so two processes replaying the same step cannot both store it.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import astuple, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+SAMPLE_STATUSES = ("ok", "timeout", "oom", "error", "invalid", "infra")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    row INTEGER NOT NULL,
+    task TEXT NOT NULL,
+    parent_id INTEGER,
+    prompt_hash TEXT NOT NULL,
+    code TEXT NOT NULL,
+    outcome_text TEXT NOT NULL,
+    score REAL,
+    raw_reward REAL NOT NULL,
+    exec_time REAL NOT NULL CHECK (exec_time >= 0),
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    stored_at REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0)
+);
+CREATE INDEX IF NOT EXISTS samples_run_id ON samples (run, id);
+CREATE INDEX IF NOT EXISTS samples_run_task_id ON samples (run, task, id);
+DROP INDEX IF EXISTS samples_run_step_row;
+CREATE UNIQUE INDEX IF NOT EXISTS samples_run_step_row_unique ON samples (run, step, row);
+"""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One executed script.
+
+    Attributes:
+      run: run name (e.g. ``"rpg-seed0"``); step: training step; row: batch row (0..B-1).
+      task: competition id.
+      parent_id: id of the sample this one improves on (``None``: the base prompt).
+      prompt_hash: hash of the prompt text; code: the script.
+      outcome_text: what the policy is shown about this run.
+      score: task score (``None`` when not graded); raw_reward: DESIGN section 7 raw reward.
+      exec_time: delta, seconds (>= 0); status: one of ``SAMPLE_STATUSES``.
+      created_at: seconds since the epoch; id: assigned by the buffer (``None`` before storing).
+    """
+
+    run: str
+    step: int
+    row: int
+    task: str
+    parent_id: int | None
+    prompt_hash: str
+    code: str
+    outcome_text: str
+    score: float | None
+    raw_reward: float
+    exec_time: float
+    status: str
+    created_at: float
+    id: int | None = None
+
+
+_COLUMNS = [f.name for f in fields(Sample) if f.name != "id"]
+
+
+def _check(s: Sample) -> None:
+    if not isinstance(s, Sample):
+        raise ValueError(f"expected a Sample, got {type(s).__name__}")
+    for name in ("run", "task", "prompt_hash", "code", "outcome_text", "status"):
+        if not isinstance(getattr(s, name), str):
+            raise ValueError(f"Sample.{name} must be a str, got {getattr(s, name)!r}")
+    if s.status not in SAMPLE_STATUSES:
+        raise ValueError(f"Sample.status {s.status!r} is not one of {SAMPLE_STATUSES}")
+    for name in ("step", "row"):
+        v = getattr(s, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"Sample.{name} must be an int >= 0, got {v!r}")
+    for name in ("raw_reward", "exec_time", "created_at"):
+        v = getattr(s, name)
+        if not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"Sample.{name} must be a finite number, got {v!r}")
+    if s.exec_time < 0:
+        raise ValueError(f"Sample.exec_time must be >= 0 seconds, got {s.exec_time!r}")
+    if s.score is not None and (not isinstance(s.score, int | float) or math.isnan(s.score)):
+        raise ValueError(f"Sample.score must be a number or None, got {s.score!r}")
+    if s.parent_id is not None and (not isinstance(s.parent_id, int) or s.parent_id < 1):
+        raise ValueError(f"Sample.parent_id must be a positive int or None, got {s.parent_id!r}")
+
+
+class SampleBuffer:
+    """SQLite-backed buffer of every sample, with a bounded active set for parent selection.
+
+    Args:
+      path: database file (created with its folder if missing; reopening resumes).
+      capacity: size of the active set, the most recent ``capacity`` samples of a run (and task,
+        when given) by insertion order; DESIGN section 7 uses 10 B.  Older samples stay stored.
+
+    Raises:
+      ValueError: ``capacity < 1``; the file is not a usable SQLite sample buffer, or it holds
+        two samples with the same ``(run, step, row)`` (the message names the file).
+
+    Thread-safe (one connection behind a lock); several processes may read while one writes.
+    """
+
+    def __init__(self, path: Path, capacity: int) -> None:
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        self.path = Path(path)
+        self.capacity = capacity
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+        )
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.IntegrityError as exc:
+            self._db.close()
+            raise ValueError(
+                f"{self.path} holds two samples with the same (run, step, row): {exc}"
+            ) from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            self._db.close()
+            raise ValueError(f"{self.path} is not a usable sample buffer: {exc}") from None
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def add_many(self, samples: Sequence[Sample]) -> list[int]:
+        """Store ``samples`` in one transaction; returns their new ids (increasing, in order).
+
+        Raises:
+          ValueError: a sample is malformed (checked for all samples before anything is
+            written), or the buffer already holds a sample with the same ``(run, step, row)``
+            (then nothing of ``samples`` is written).
+        """
+        samples = list(samples)
+        for s in samples:
+            _check(s)
+        if not samples:
+            return []
+        sql = (
+            f"INSERT INTO samples ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+        )
+        ids: list[int] = []
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                for s in samples:
+                    values = astuple(s)[:-1]
+                    cur.execute(sql, values)
+                    ids.append(int(cur.lastrowid))
+                cur.execute("COMMIT")
+            except sqlite3.IntegrityError:
+                cur.execute("ROLLBACK")
+                raise ValueError(
+                    f"{self.path} already holds run {s.run!r} step {s.step} row {s.row}; "
+                    "a sample is stored once"
+                ) from None
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return ids
+
+    def add(self, sample: Sample) -> int:
+        """Store one sample; returns its id."""
+        return self.add_many([sample])[0]
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    @staticmethod
+    def _sample(row: tuple) -> Sample:
+        return Sample(*row[1:], id=row[0])
+
+    def _where(self, run: str | None, task: str | None) -> tuple[str, list[Any]]:
+        conds, params = [], []
+        if run is not None:
+            conds.append("run = ?")
+            params.append(run)
+        if task is not None:
+            conds.append("task = ?")
+            params.append(task)
+        return (" WHERE " + " AND ".join(conds)) if conds else "", params
+
+    def active(self, run: str | None = None, task: str | None = None) -> list[Sample]:
+        """The active set: the last ``capacity`` samples (of ``run`` / ``task`` if given), by id."""
+        where, params = self._where(run, task)
+        rows = self._query(
+            f"SELECT id, {', '.join(_COLUMNS)} FROM samples{where} ORDER BY id DESC LIMIT ?",
+            [*params, self.capacity],
+        )
+        return [self._sample(r) for r in reversed(rows)]
+
+    def top(
+        self,
+        k: int,
+        rho: float | None,
+        *,
+        run: str | None = None,
+        task: str | None = None,
+        eligible: Callable[[Sample], bool] | None = None,
+    ) -> list[Sample]:
+        """The ``k`` parents for the next prompts.
+
+        Ranks the active set by ``raw_reward - rho * exec_time`` (``rho=None``: ``raw_reward``),
+        highest first, ties broken by smaller id (older sample first).  When the active set holds
+        fewer than ``k`` samples the ranking repeats cyclically to length ``k``; an empty buffer
+        gives ``[]``.  ``eligible`` (optional) keeps only the active samples it accepts (e.g.
+        scripts the edit answer format can edit), unless it accepts none: then all stay.
+
+        Raises:
+          ValueError: ``k < 0`` or ``rho`` not a finite number.
+        """
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise ValueError(f"k must be an int >= 0, got {k!r}")
+        if rho is not None and (not isinstance(rho, int | float) or not math.isfinite(rho)):
+            raise ValueError(f"rho must be a finite number or None, got {rho!r}")
+        pool = self.active(run, task)
+        if not pool or k == 0:
+            return []
+        if eligible is not None:
+            pool = [s for s in pool if eligible(s)] or pool
+        r = 0.0 if rho is None else float(rho)
+        ranked = sorted(pool, key=lambda s: (-(s.raw_reward - r * s.exec_time), s.id))
+        return [ranked[i % len(ranked)] for i in range(k)]
+
+    def get(self, sample_id: int) -> Sample:
+        """The sample with this id.
+
+        Raises:
+          KeyError: no such id.
+        """
+        rows = self._query(
+            f"SELECT id, {', '.join(_COLUMNS)} FROM samples WHERE id = ?", [sample_id]
+        )
+        if not rows:
+            raise KeyError(f"no sample with id {sample_id} in {self.path}")
+        return self._sample(rows[0])
+
+    def all(self, run: str | None = None) -> list[Sample]:
+        """Every stored sample (of ``run`` if given), in insertion order."""
+        where, params = self._where(run, None)
+        rows = self._query(
+            f"SELECT id, {', '.join(_COLUMNS)} FROM samples{where} ORDER BY id", params
+        )
+        return [self._sample(r) for r in rows]
+
+    def step_samples(self, run: str, step: int) -> list[Sample]:
+        """The samples of one step of ``run``, by row (then id): one indexed query, used by
+        resume and replay instead of loading the whole run."""
+        rows = self._query(
+            f"SELECT id, {', '.join(_COLUMNS)} FROM samples WHERE run = ? AND step = ? "
+            "ORDER BY row, id",
+            [run, step],
+        )
+        return [self._sample(r) for r in rows]
+
+    def exec_seconds_by_row(self, run: str | None, max_step: int) -> dict[int, float]:
+        """``{row: total exec_time}``, seconds, of the generated samples of steps
+        ``1 .. max_step`` (of ``run``; None: every run in the buffer, as
+        ``rpg_llm.loop.budget.read_chains`` reads a run folder): each chain's measured execution
+        for the execution-budget stopping rule (``rpg_llm.loop.budget.budget_spent``). The step-0
+        seeds are in no chain and ``infra`` samples (the machine failed, not the script) are
+        left out, as in ``read_chains``."""
+        where, params = self._where(run, None)
+        cond = ("AND" if where else "WHERE") + " step BETWEEN 1 AND ? AND status != 'infra'"
+        rows = self._query(
+            f"SELECT row, SUM(exec_time) FROM samples{where} {cond} GROUP BY row",
+            [*params, int(max_step)],
+        )
+        return {int(r): float(t) for r, t in rows}
+
+    def by_row(self, min_step: int = 0, run: str | None = None) -> list[Sample]:
+        """Every sample of steps >= ``min_step`` (of ``run`` if given), ordered by
+        ``(row, step, id)``: the chains of the budget curves, one batch row after another."""
+        where, params = self._where(run, None)
+        cond = ("AND" if where else "WHERE") + " step >= ?"
+        rows = self._query(
+            f"SELECT id, {', '.join(_COLUMNS)} FROM samples{where} {cond} ORDER BY row, step, id",
+            [*params, min_step],
+        )
+        return [self._sample(r) for r in rows]
+
+    def count(self, run: str | None = None) -> int:
+        """Number of stored samples (of ``run`` if given)."""
+        where, params = self._where(run, None)
+        return int(self._query(f"SELECT COUNT(*) FROM samples{where}", params)[0][0])
+
+    def max_step(self, run: str) -> int:
+        """Largest stored step of ``run``; -1 when the run has no sample (resume at ``+ 1``)."""
+        value = self._query("SELECT MAX(step) FROM samples WHERE run = ?", [run])[0][0]
+        return -1 if value is None else int(value)
+
+    def stored_at(self, sample_id: int) -> float:
+        """When the sample was committed, seconds since the epoch (database clock)."""
+        rows = self._query("SELECT stored_at FROM samples WHERE id = ?", [sample_id])
+        if not rows:
+            raise KeyError(f"no sample with id {sample_id} in {self.path}")
+        return float(rows[0][0])
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection (committed data is already on disk)."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> SampleBuffer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def with_id(sample: Sample, sample_id: int) -> Sample:
+    """``sample`` with its id set (convenience for callers that keep the objects they stored)."""
+    return replace(sample, id=sample_id)

@@ -1,0 +1,363 @@
+"""The run folder: everything a training run writes, and what ``--resume`` reads back.
+
+Layout::
+
+    RUN_DIR/
+      config.json            settings of the run (method, task, model, seeded or not, ...)
+      buffer.sqlite          every sample, durably (rpg_llm.loop.buffer.SampleBuffer, SQLite WAL)
+      metrics.jsonl          one JSON line per finished step
+      tb/                    TensorBoard event files
+      sft.json               SFT warm start: losses and SHA-256 of the fine-tuned weights
+      sft_weights.safetensors  the fine-tuned weights (written once; a resume loads them)
+      checkpoints/step_N/    trainer state after step N: what is trained and its optimiser
+                             states (LoRA: adapters + value head only; else actor + critic)
+      rollouts/step_N.pt     generated responses of step N, written before execution
+      logs/run.log           the log
+      samples.csv            one line per sample (step, row, parent, status, score, rewards, ...)
+      scripts/step_N/row_R.py  every executed (or rejected) script, as the policy wrote it
+      figures/               budget-curve plot (PNG, PDF) and its CSV
+      .lock                  held (``flock``) by the process that runs or resumes the run
+
+Writes are atomic (temporary file, then rename), so a SIGKILL leaves either the old or the new
+version of a file, never half of one.  One process at a time: :meth:`RunFolder.lock` takes an
+exclusive ``flock`` on ``.lock`` (released by the kernel when the process ends, however it ends)
+and a second process is refused with :class:`RunFolderBusy` naming the holder.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunFolder", "RunFolderBusy", "RunLock", "write_json_atomic", "SAMPLES_CSV_FIELDS"]
+
+SAMPLES_CSV_FIELDS = [
+    "step",
+    "row",
+    "id",
+    "parent",
+    "status",
+    "score",
+    "raw_reward",
+    "time_s",
+    "relative_reward",
+    "tokens",
+    "script",
+]
+
+
+class RunFolderBusy(ValueError):
+    """Another process holds the run folder's lock (it is running or resuming that run)."""
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``RUN_DIR/.lock`` (see :meth:`RunFolder.lock`); a context manager.
+
+    The file holds the holder's pid, host and start time, for the message a second process gets.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        """Take the lock without waiting.
+
+        Raises:
+            RunFolderBusy: another process holds it; the message names its pid and host.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 400, 0).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise RunFolderBusy(
+                f"run folder {self.path.parent} is in use by {holder}; wait for it to end or stop "
+                "it first"
+            ) from None
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Let the lock go (idempotent)."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self if self._fd is not None else self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+class RunFolder:
+    """Paths and small durable records of one run folder.
+
+    Args:
+        root: the run folder (created by :meth:`create`).
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    # -- paths ----------------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def buffer_path(self) -> Path:
+        return self.root / "buffer.sqlite"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def tb_dir(self) -> Path:
+        return self.root / "tb"
+
+    @property
+    def sft_weights_path(self) -> Path:
+        """The SFT-fine-tuned policy weights (safetensors), written once after the SFT."""
+        return self.root / "sft_weights.safetensors"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def rollout_dir(self) -> Path:
+        return self.root / "rollouts"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "logs" / "run.log"
+
+    @property
+    def figure_dir(self) -> Path:
+        return self.root / "figures"
+
+    @property
+    def samples_csv_path(self) -> Path:
+        return self.root / "samples.csv"
+
+    @property
+    def scripts_dir(self) -> Path:
+        return self.root / "scripts"
+
+    def script_path(self, step: int, row: int) -> Path:
+        return self.scripts_dir / f"step_{step:06d}" / f"row_{row:03d}.py"
+
+    # -- creation -------------------------------------------------------------------------------
+    def create(self, config: dict[str, Any]) -> None:
+        """Make the folder tree and write ``config.json``.
+
+        Raises:
+            ValueError: the folder already holds a run (use ``--resume`` for it).
+        """
+        if self.config_path.exists():
+            raise ValueError(
+                f"{self.root} already holds a run; pass --resume {self.root} to continue it "
+                f"or choose another --out"
+            )
+        for d in (self.root, self.checkpoint_dir, self.rollout_dir, self.log_path.parent):
+            d.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.config_path, config)
+
+    def load_config(self) -> dict[str, Any]:
+        """Read ``config.json``.
+
+        Raises:
+            ValueError: the folder holds no run, or ``config.json`` is not a JSON object (the
+                message names the file).
+        """
+        if not self.config_path.exists():
+            raise ValueError(f"{self.root} is not a run folder (no config.json)")
+        try:
+            config = json.loads(self.config_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{self.config_path} is not valid JSON: {exc}") from None
+        if not isinstance(config, dict):
+            raise ValueError(
+                f"{self.config_path} must hold a JSON object of settings, not a "
+                f"{type(config).__name__}"
+            )
+        return config
+
+    def lock(self) -> RunLock:
+        """The folder's lock, taken: use as ``with folder.lock(): ...``.
+
+        Raises:
+            RunFolderBusy: another process runs or resumes this folder.
+        """
+        return RunLock(self.root / ".lock").acquire()
+
+    def check_resumable(self) -> None:
+        """Check, before any model loads, that a resume can read the run's buffer.
+
+        Raises:
+            ValueError: naming ``buffer.sqlite``: missing or empty while steps were checkpointed,
+                or not a readable SQLite database with a ``samples`` table.
+        """
+        path = self.buffer_path
+        done = self.latest_checkpoint()
+        size = path.stat().st_size if path.exists() else None
+        if not size:
+            if done is not None:
+                state = "missing" if size is None else "empty (0 bytes)"
+                raise ValueError(
+                    f"{path} is {state} but step {done} was checkpointed: the samples are lost; "
+                    "start a new run"
+                )
+            return
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                db.execute("SELECT count(*) FROM samples").fetchone()
+            finally:
+                db.close()
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path} is not a readable sample buffer: {exc}") from None
+
+    # -- metrics --------------------------------------------------------------------------------
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        """Append one JSON line and fsync it."""
+        with open(self.metrics_path, "a") as fh:
+            fh.write(json.dumps(record, sort_keys=True, default=float) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """All complete metric lines (a torn last line is skipped)."""
+        if not self.metrics_path.exists():
+            return []
+        out = []
+        for line in self.metrics_path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    def truncate_metrics(self, max_step: int) -> None:
+        """Keep only the metric lines of steps <= ``max_step`` (before replaying later steps)."""
+        keep = [m for m in self.read_metrics() if int(m.get("step", 0)) <= max_step]
+        tmp = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(m, sort_keys=True) + "\n" for m in keep))
+        os.replace(tmp, self.metrics_path)
+
+    # -- samples on disk ------------------------------------------------------------------------
+    def write_script(self, step: int, row: int, code: str) -> Path:
+        """Write one script (atomically; rewriting the same script is harmless)."""
+        path = self.script_path(step, row)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(code)
+        os.replace(tmp, path)
+        return path
+
+    def append_samples_csv(self, rows: list[dict[str, Any]]) -> None:
+        """Append rows (:data:`SAMPLES_CSV_FIELDS`) to ``samples.csv`` and fsync."""
+        new = not self.samples_csv_path.exists()
+        with open(self.samples_csv_path, "a", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=SAMPLES_CSV_FIELDS)
+            if new:
+                w.writeheader()
+            w.writerows(rows)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def read_samples_csv(self) -> list[dict[str, str]]:
+        """The rows of ``samples.csv`` (a torn last line is dropped)."""
+        if not self.samples_csv_path.exists():
+            return []
+        with open(self.samples_csv_path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        return [r for r in rows if r.get("script")]
+
+    def reset_samples_csv(self, seed_rows: list[dict[str, Any]], max_step: int) -> None:
+        """Rewrite ``samples.csv`` as ``seed_rows`` then its rows of steps ``1 .. max_step``
+        (before later steps are replayed on resume, so no row is written twice)."""
+        keep = [r for r in self.read_samples_csv() if 1 <= int(r["step"]) <= max_step]
+        tmp = self.samples_csv_path.with_name(self.samples_csv_path.name + ".tmp")
+        with open(tmp, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=SAMPLES_CSV_FIELDS)
+            w.writeheader()
+            w.writerows([*seed_rows, *keep])
+        os.replace(tmp, self.samples_csv_path)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def checkpoint_path(self, step: int) -> Path:
+        return self.checkpoint_dir / f"step_{step:06d}"
+
+    def checkpoints(self) -> list[int]:
+        """Steps with a complete checkpoint, ascending."""
+        if not self.checkpoint_dir.exists():
+            return []
+        steps = []
+        for p in self.checkpoint_dir.iterdir():
+            if p.name.startswith("step_") and not p.name.endswith(".tmp"):
+                if (p / "trainer.pt").exists():
+                    steps.append(int(p.name.split("_")[1]))
+        return sorted(steps)
+
+    def latest_checkpoint(self) -> int | None:
+        """The last checkpointed step, or None."""
+        steps = self.checkpoints()
+        return steps[-1] if steps else None
+
+    def prune_checkpoints(self, keep: int) -> None:
+        """Delete all but the newest ``keep`` checkpoints (and stale temporary folders)."""
+        for p in self.checkpoint_dir.glob("*.tmp"):
+            shutil.rmtree(p, ignore_errors=True)
+        for step in self.checkpoints()[:-keep] if keep > 0 else []:
+            shutil.rmtree(self.checkpoint_path(step), ignore_errors=True)
+
+    # -- rollouts -------------------------------------------------------------------------------
+    def rollout_path(self, step: int) -> Path:
+        return self.rollout_dir / f"step_{step:06d}.pt"
+
+    def save_rollout(self, step: int, rollout: dict[str, Any]) -> None:
+        """Write the generated responses of ``step`` atomically (before they are executed)."""
+        import torch  # only the loop writes rollouts; readers of a run folder need no torch
+
+        path = self.rollout_path(step)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(rollout, tmp)
+        os.replace(tmp, path)
+
+    def load_rollout(self, step: int) -> dict[str, Any] | None:
+        """The rollout of ``step``, or None if it was never written."""
+        import torch
+
+        path = self.rollout_path(step)
+        return torch.load(path, weights_only=False) if path.exists() else None
+
+    def prune_rollouts(self, upto: int) -> None:
+        """Delete rollouts of steps <= ``upto`` (already covered by a checkpoint)."""
+        for p in self.rollout_dir.glob("step_*.pt"):
+            if int(p.stem.split("_")[1]) <= upto:
+                p.unlink(missing_ok=True)

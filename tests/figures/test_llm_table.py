@@ -1,0 +1,526 @@
+"""``python -m paper_figures.llm_table``: the table maths by hand, usage errors, a tiny table end to
+end, skipping finished runs and resuming a killed one (tiny model, ``tests/fixtures_llm.py``)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+import fixtures_llm
+import numpy as np
+import pytest
+
+from paper_figures import llm_table as lt
+
+tiny_model_dir = fixtures_llm.tiny_model_dir
+
+# ------------------------------------------------------------------------- the maths, by hand
+
+
+def test_mean_se_by_hand():
+    mean, se, n = lt.mean_se([1.0, 2.0, 4.0])
+    # mean 7/3; squared deviations 16/9 + 1/9 + 25/9 = 42/9; var (ddof 1) 7/3; se sqrt(7/3 / 3)
+    assert (mean, n) == (pytest.approx(7 / 3), 3)
+    assert se == pytest.approx(math.sqrt(7) / 3)
+    mean, se, n = lt.mean_se([0.5, float("nan")])
+    assert (mean, n) == (0.5, 1) and math.isnan(se)
+    assert lt.mean_se([])[2] == 0 and math.isnan(lt.mean_se([])[0])
+
+
+def test_pct_improvement_by_hand():
+    assert lt.pct_improvement(0.6, 0.5) == pytest.approx(20.0)
+    assert lt.pct_improvement(0.4, 0.5) == pytest.approx(-20.0)
+    # raw reward may be negative (-10 for invalid): still positive when RPG is higher
+    assert lt.pct_improvement(-1.0, -10.0) == pytest.approx(90.0)
+    assert lt.pct_improvement(0.4, -0.5) == pytest.approx(180.0)
+    assert lt.pct_improvement(0.259, 0.564, lower_is_better=True) == pytest.approx(
+        100 * 0.305 / 0.564
+    )
+    assert math.isnan(lt.pct_improvement(0.3, 0.0))
+    assert math.isnan(lt.pct_improvement(float("nan"), 0.3))
+
+
+# The paper's table (RPG mean, vanilla mean, lower is better, % improv.) -- published numbers.
+PAPER_ROWS = [
+    ("ranzcr-clip", 0.089, 0.014, False, 530.5),
+    ("aptos2019", 0.564, 0.315, False, 78.9),
+    ("mlsp-birds", 0.333, 0.226, False, 46.9),
+    ("siim-isic", 0.660, 0.456, False, 44.8),
+    ("textnorm-en", 0.880, 0.714, False, 23.2),
+    ("textnorm-ru", 0.889, 0.730, False, 21.7),
+    ("tabular-2021", 0.907, 0.778, False, 16.5),
+    ("insults", 0.834, 0.761, False, 9.6),
+    ("jigsaw-toxic", 0.948, 0.868, False, 9.2),
+    ("histopathologic", 0.594, 0.554, False, 7.2),
+    ("aerial-cactus", 0.954, 0.893, False, 6.8),
+    ("plant-pathology", 0.526, 0.498, False, 5.6),
+    ("pizza", 0.760, 0.728, False, 4.4),
+    ("tabular-2022", 0.840, 0.806, False, 4.2),
+    ("whale", 0.493, 0.749, False, -34.2),
+    ("leaf-classif", 0.259, 0.564, True, 54.0),
+    ("spooky-author", 0.440, 0.690, True, 36.2),
+    ("nyc-taxi", 4.309, 5.349, True, 19.4),
+    ("dog-breed", 4.786, 4.924, True, 2.8),
+    ("dogs-vs-cats", 0.688, 0.703, True, 2.1),
+    ("nomad2018", 0.064, 0.064, True, 0.3),
+    ("denoising-docs", 0.094, 0.085, True, -10.1),
+]
+
+
+@pytest.mark.parametrize("name, rpg, van, lower, pct", PAPER_ROWS)
+def test_pct_improvement_reproduces_the_papers_rows(name, rpg, van, lower, pct):
+    # the table prints 3 decimals: allow the rounding of both means (half a unit of the last digit)
+    half = 0.0005
+    lo = min(lt.pct_improvement(r, v, lower) for r in (rpg - half, rpg + half)
+             for v in (van - half, van + half))  # fmt: skip
+    hi = max(lt.pct_improvement(r, v, lower) for r in (rpg - half, rpg + half)
+             for v in (van - half, van + half))  # fmt: skip
+    assert lo - 0.05 <= pct <= hi + 0.05, name
+    # the wrong direction gives the wrong sign for every row with a clear winner
+    if abs(pct) > 1:
+        assert np.sign(lt.pct_improvement(rpg, van, not lower)) != np.sign(pct), name
+
+
+def test_trimmed_average_reproduces_the_papers_19_2():
+    avg, dropped = lt.trimmed_average([r[4] for r in PAPER_ROWS])
+    assert avg == pytest.approx(19.2, abs=0.05)  # "RPG performs 19.2% better ... after dropping"
+    assert [PAPER_ROWS[i][0] for i in dropped] == ["ranzcr-clip", "whale"]
+    assert lt.trimmed_average([r[4] for r in PAPER_ROWS])[0] != pytest.approx(
+        np.mean([r[4] for r in PAPER_ROWS]), abs=0.05
+    )
+
+
+def test_trimmed_average_by_hand():
+    assert lt.trimmed_average([10.0, -5.0, 3.0, 7.0]) == (5.0, [0, 1])
+    assert lt.trimmed_average([1.0, 1.0, 1.0])[0] == 1.0
+    assert lt.trimmed_average([2.0, 4.0]) == (3.0, [])  # fewer than 3: plain mean
+    avg, dropped = lt.trimmed_average([float("nan"), 9.0, 1.0, 2.0])
+    assert (avg, dropped) == (2.0, [1, 2])
+    assert math.isnan(lt.trimmed_average([float("nan")])[0])
+
+
+# ------------------------------------------------------------------- hand-made run folders
+
+# run -> rows of (exec_time s, raw reward) per batch row, steps 1, 2, ...
+HAND = {
+    ("rpg", 0): [[(2.0, 0.5), (3.0, 0.7)], [(1.0, -10.0), (1.0, 0.6)]],  # T_run 5
+    ("rpg", 1): [[(4.0, 0.8)], [(1.0, 0.2), (2.0, 0.9)]],  # T_run 4 (the smallest)
+    ("vanilla", 0): [[(6.0, 0.4), (6.0, 0.9)], [(3.0, 0.3)]],  # T_run 12; first sample 6 s
+    ("vanilla", 1): [[(2.0, 0.5)], [(2.0, 0.1), (5.0, 0.6)]],  # T_run 7
+}
+# B = max(min T_run = 4, slowest first sample = 6) = 6 s:
+# rpg0 (0.7 + 0.6)/2 = 0.65, rpg1 (0.8 + 0.9)/2 = 0.85 -> 0.75 +- 0.1;
+# vanilla0 (0.4 + 0.3)/2 = 0.35, vanilla1 (0.5 + 0.1)/2 = 0.3 -> 0.325 +- 0.025;
+# % improvement 100 * 0.425 / 0.325
+HAND_BUDGET, HAND_RPG, HAND_RPG_SE, HAND_VAN, HAND_VAN_SE = 6.0, 0.75, 0.1, 0.325, 0.025
+HAND_PCT = 100 * 0.425 / 0.325
+
+
+def test_common_final_budget_by_hand():
+    from rpg_llm.loop.budget import Chain
+
+    def ch(*t):
+        return Chain("x", np.cumsum(t), np.zeros(len(t)))
+
+    # min T_run wins: runs end at 5 and 9 s, first samples at most 2 s
+    assert lt.common_final_budget([[ch(1, 4), ch(2, 1)], [ch(1, 8)]]) == 5.0
+    # a chain's first sample (7 s) is later than the shortest run's end (3 s): raised to 7
+    assert lt.common_final_budget([[ch(1, 2)], [ch(7, 1), ch(1)]]) == 7.0
+    with pytest.raises(ValueError):
+        lt.common_final_budget([])
+
+
+def _make_run(run_dir: Path, config: dict, rows, seed_sample: bool = True, steps=None) -> None:
+    from rpg_llm.loop.buffer import Sample, SampleBuffer
+    from rpg_llm.loop.runfolder import RunFolder
+
+    folder = RunFolder(run_dir)
+    folder.create(config | {"seeded": seed_sample})
+    samples = []
+    if seed_sample:  # a step-0 seed solution with a high score: never part of a chain
+        samples.append(_sample(Sample, config, 0, 0, 0.1, 0.99))
+    depth = max(len(r) for r in rows)
+    for step in range(1, depth + 1):
+        for row, chain in enumerate(rows):
+            if step <= len(chain):
+                samples.append(_sample(Sample, config, step, row, *chain[step - 1]))
+    with SampleBuffer(folder.buffer_path, capacity=100) as buf:
+        buf.add_many(samples)
+    for step in range(1, (steps or depth) + 1):
+        folder.append_metrics({"step": step})
+
+
+def _sample(cls, config, step, row, t, r):
+    return cls(
+        run="hand",
+        step=step,
+        row=row,
+        task=config.get("task", "churn-auc"),
+        parent_id=None,
+        prompt_hash="h",
+        code="print(1)",
+        outcome_text="",
+        score=None if r == -10.0 else r,
+        raw_reward=r,
+        exec_time=t,
+        status="invalid" if r == -10.0 else "ok",
+        created_at=0.0,
+    )
+
+
+def test_task_row_on_hand_made_runs(tmp_path):
+    from rpg_llm.loop.budget import read_chains
+
+    runs: dict[str, dict[int, list]] = {"rpg": {}, "vanilla": {}}
+    for (m, k), rows in HAND.items():
+        _make_run(tmp_path / f"{m}{k}", {"method": m, "task": "churn-auc"}, rows)
+        runs[m][k] = read_chains(tmp_path / f"{m}{k}")
+    row = lt.task_row("churn-auc", runs)
+    assert row.budget_s == HAND_BUDGET
+    assert row.arms["rpg"][0] == pytest.approx(HAND_RPG)
+    assert row.arms["rpg"][1] == pytest.approx(HAND_RPG_SE)
+    assert row.arms["vanilla"][:2] == (pytest.approx(HAND_VAN), pytest.approx(HAND_VAN_SE))
+    assert row.pct == pytest.approx(HAND_PCT)
+    assert all(r["n_chains"] == 2 for r in row.runs)  # every chain has a value at B
+
+
+def _cli_base(out: Path, model: Path, *extra: str) -> list[str]:
+    return [
+        "--out",
+        str(out),
+        "--tasks",
+        "churn-auc",
+        "--seeds",
+        "0,1",
+        "--steps",
+        "1",
+        "--model",
+        str(model),
+        "--max-new-tokens",
+        "8",
+        "--exec-budget",
+        "none",
+        "--run-args",
+        "--no-seed-buffer --max-prompt-tokens 768 --sandbox subprocess",
+        *extra,
+    ]
+
+
+def test_table_only_writes_the_hand_values(tmp_path, tiny_model_dir, capsys):
+    """The CLI's table from finished (hand-made) run folders: CSV, markdown, figure."""
+    out = tmp_path / "t"
+    argv = _cli_base(out, tiny_model_dir)
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    for (m, k), rows in HAND.items():
+        spec = lt.RunSpec("churn-auc", m, k, out)
+        cfg = lt._config_for(s, spec)
+        _make_run(spec.run_dir, cfg.to_dict(), rows, steps=1)
+        assert lt.run_state(spec, cfg) == "done"
+    assert lt.main([*argv, "--table-only"]) == 0
+    with open(out / "llm_table.csv") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert float(row["budget_s"]) == HAND_BUDGET
+    assert float(row["rpg_mean"]) == pytest.approx(HAND_RPG, rel=1e-5)
+    assert float(row["rpg_se"]) == pytest.approx(HAND_RPG_SE, rel=1e-5)
+    assert float(row["vanilla_mean"]) == pytest.approx(HAND_VAN, rel=1e-5)
+    assert float(row["pct_improvement"]) == pytest.approx(HAND_PCT, rel=1e-5)
+    assert (row["rpg_n"], row["vanilla_n"]) == ("2", "2")
+    md = (out / "llm_table.md").read_text()
+    assert "0.750 ± 0.100" in md and "0.325 ± 0.025" in md and "+130.8" in md
+    assert lt.TUNING_NOTE in md
+    assert (out / "figures" / "churn-auc" / "budget_curves.png").stat().st_size > 0
+    assert (out / "figures" / "churn-auc" / "budget_curves.pdf").stat().st_size > 0
+    assert (out / "llm_table.png").stat().st_size > 0 and (out / "llm_table.pdf").exists()
+    assert "skip (finished)" in capsys.readouterr().out
+
+
+# At an execution budget of 5 s (runs of at most 2 steps, all chains read at 5 s): B = 5;
+# rpg0 (0.7 + 0.6)/2, rpg1 (0.8 + 0.9)/2 -> 0.75 +- 0.1 as above; vanilla0's row 0 has no
+# sample within 5 s (its first took 6 s): left out, 0.3; vanilla1 (0.5 + 0.1)/2 = 0.3
+# -> 0.3 +- 0; % improvement 100 * 0.45 / 0.3 = 150
+def test_table_at_the_execution_budget_by_hand(tmp_path, tiny_model_dir):
+    out = tmp_path / "t"
+    argv = [*_cli_base(out, tiny_model_dir), "--exec-budget", "5", "--steps", "2"]
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    assert s.exec_budget_s == 5.0 and s.steps == 2  # the runs end at the cap or the budget
+    for (m, k), rows in HAND.items():
+        spec = lt.RunSpec("churn-auc", m, k, out)
+        _make_run(spec.run_dir, lt._config_for(s, spec).to_dict(), rows)
+    assert lt.main([*argv, "--table-only"]) == 0
+    with open(out / "llm_table.csv") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert float(row["budget_s"]) == 5.0
+    assert float(row["rpg_mean"]) == pytest.approx(0.75, rel=1e-5)
+    assert float(row["vanilla_mean"]) == pytest.approx(0.3, rel=1e-5)
+    assert float(row["vanilla_se"]) == pytest.approx(0.0, abs=1e-9)
+    assert float(row["pct_improvement"]) == pytest.approx(150.0, rel=1e-5)
+    with open(out / "llm_table_runs.csv") as fh:
+        n = {(r["method"], r["seed"]): int(r["n_chains"]) for r in csv.DictReader(fh)}
+    assert n[("vanilla", "0")] == 1 and sum(n.values()) == 7
+    with open(out / "llm_table_runs.csv") as fh:  # T_run rpg0 5, rpg1 4, vanilla0 12, 1 7
+        short = {(r["method"], r["seed"]): int(r["n_ended_before_b"]) for r in csv.DictReader(fh)}
+    # chains ending before 5 s: rpg0 row 1 (2 s), rpg1 both (4, 3 s), vanilla0 row 1 (3 s),
+    # vanilla1 row 0 (2 s)
+    assert short == {("rpg", "0"): 1, ("rpg", "1"): 2, ("vanilla", "0"): 1, ("vanilla", "1"): 1}
+    md = (out / "llm_table.md").read_text()
+    assert "B = 5 s per chain" in md and "churn-auc vanilla 1 of 4" in md
+    assert "step cap first; read at their end): churn-auc rpg 3 of 4" in md
+
+
+def test_a_run_that_spent_its_budget_is_finished(tmp_path, tiny_model_dir):
+    """``run_state``: with a budget, a run is done when every chain of its steps with metrics
+    has used it, though it ran fewer than ``steps`` steps (it stopped on its budget)."""
+    out = tmp_path / "t"
+    rows = [[(3.0, 0.5), (3.0, 0.6)], [(6.0, 0.4), (1.0, 0.5)]]  # chains (3, 6) -> (6, 7) s
+
+    def state(budget: str, metrics_steps: int) -> str:
+        argv = [*_cli_base(out, tiny_model_dir), "--exec-budget", budget, "--steps", "8"]
+        s = lt._settings_from_args(lt._parser().parse_args(argv))
+        spec = lt.RunSpec("churn-auc", "rpg", 0, out / budget / str(metrics_steps))
+        cfg = lt._config_for(s, spec)
+        _make_run(spec.run_dir, cfg.to_dict(), rows, steps=metrics_steps)
+        return lt.run_state(spec, cfg)
+
+    assert state("5", 2) == "done"  # 6 and 7 s >= 5 s
+    assert state("5", 1) == "resume"  # after step 1 row 0 has used 3 s < 5 s
+    assert state("6.5", 2) == "resume"  # row 0: 6 s < 6.5 s
+    assert state("none", 2) == "resume"  # no budget: 2 of 8 steps
+
+
+def test_a_run_killed_between_its_last_checkpoint_and_metrics_is_finished(tmp_path, tiny_model_dir):
+    """Found in review: killed after step 2's checkpoint, before its metrics line, a run that
+    had spent its budget at step 2 was called "resume" for ever (the trainer resumes after the
+    checkpoint and stops at once, writing no metrics)."""
+    out = tmp_path / "t"
+    argv = [*_cli_base(out, tiny_model_dir), "--exec-budget", "5", "--steps", "8"]
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    spec = lt.RunSpec("churn-auc", "rpg", 0, out)
+    cfg = lt._config_for(s, spec)
+    rows = [[(3.0, 0.5), (3.0, 0.6)], [(6.0, 0.4), (1.0, 0.5)]]  # spent after step 2
+    _make_run(spec.run_dir, cfg.to_dict(), rows, steps=1)
+    assert lt.run_state(spec, cfg) == "resume"
+    ckpt = spec.run_dir / "checkpoints" / "step_000002"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer.pt").write_bytes(b"")
+    from rpg_llm.loop.runfolder import RunFolder
+
+    assert RunFolder(spec.run_dir).latest_checkpoint() == 2
+    assert lt.run_state(spec, cfg) == "done"
+
+
+def test_the_tuning_record_matches_the_settings():
+    """paper_figures/llm_table_tuning.json: seeds apart from the table's, the criterion
+    recomputed from the arms, the winner chosen, and the preset running the winner."""
+    from rpg_llm.presets import PRESETS
+
+    rec = json.loads((Path(lt.__file__).parent / "llm_table_tuning.json").read_text())
+    assert not set(rec["seeds"]) & (set(lt.FULL.seeds) | set(lt.QUICK.seeds))
+    crit = {k: (c["rpg"] + c["vanilla"]) / 2 for k, c in rec["candidates"].items()}
+    for k, c in rec["candidates"].items():
+        assert c["criterion"] == pytest.approx(crit[k], abs=1e-6)
+    best = max(crit, key=crit.get)
+    assert float(best) == rec["chosen"]["actor_lr"]
+    assert PRESETS[lt.FULL.preset].config.ppo.actor_lr == rec["chosen"]["actor_lr"]
+    assert f"{crit[best]:.3f}" in lt.TUNING_NOTE and "900, 901" in lt.TUNING_NOTE
+
+
+# ------------------------------------------------------------------------------ usage errors
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"{lt.PROG}: error: ")
+    return err
+
+
+@pytest.mark.parametrize(
+    "extra, needles",
+    [
+        (["--tasks", "no-such-task"], ["--tasks", "no-such-task"]),
+        (["--seeds", "a,b"], ["--seeds", "a,b"]),
+        (["--seeds", "0,0"], ["--seeds", "0,0"]),
+        (["--steps", "0"], ["--steps", "0"]),
+        (["--batch-size", "0"], ["--batch-size", "0"]),
+        (["--timeout", "0"], ["--timeout", "0"]),
+        (["--action", "poem"], ["--action", "poem"]),
+        (["--sft-steps", "-1"], ["--sft-steps", "-1"]),
+        (["--run-args", "--out elsewhere"], ["--run-args", "--out"]),
+        (["--run-args", "--temperature hot"], ["--temperature", "hot"]),
+        (["--model", "/no/such/model"], ["--model", "/no/such/model"]),
+        (["--points", "1"], ["--points", "1"]),
+        (["--steps", "two"], ["--steps", "two"]),
+        (["--exec-budget", "0"], ["--exec-budget", "'0'"]),
+        (["--exec-budget", "soon"], ["--exec-budget", "soon"]),
+        (["--run-args", "--exec-budget 3"], ["--run-args", "--exec-budget"]),
+    ],
+)
+def test_usage_errors_exit_2_before_any_run(tmp_path, capsys, tiny_model_dir, extra, needles):
+    out = tmp_path / "t"
+    argv = _cli_base(out, tiny_model_dir)
+    for i in range(0, len(extra), 2):  # later flags win in argparse: append them
+        argv += [extra[i], extra[i + 1]]
+    assert lt.main(argv) == 2
+    err = _one_line(capsys)
+    for n in needles:
+        assert n in err
+    assert not out.exists()  # no run started, nothing written
+
+
+def test_table_only_on_an_empty_out_is_a_usage_error(tmp_path, capsys, tiny_model_dir):
+    """Found by a new-user try: an --out without finished runs ended in a RuntimeError, exit 1."""
+    out = tmp_path / "empty"
+    assert lt.main([*_cli_base(out, tiny_model_dir), "--table-only"]) == 2
+    err = _one_line(capsys)
+    assert f"--out {out}" in err and "no task has a finished run" in err
+    assert not (out / "llm_table.csv").exists()
+
+
+def test_a_folder_with_other_settings_is_a_usage_error(tmp_path, capsys, tiny_model_dir):
+    out = tmp_path / "t"
+    argv = _cli_base(out, tiny_model_dir)
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    spec = lt.RunSpec("churn-auc", "vanilla", 1, out)
+    cfg = lt._config_for(s, spec)
+    from dataclasses import replace
+
+    _make_run(spec.run_dir, replace(cfg, batch_size=3).to_dict(), HAND[("vanilla", 1)])
+    assert lt.main(argv) == 2
+    err = _one_line(capsys)
+    assert "--out" in err and "batch_size = 3" in err
+    assert not (out / "runs" / "churn-auc" / "rpg-seed0").exists()  # nothing started
+
+
+def test_action_and_sft_steps_are_forwarded_only_when_given(tmp_path, tiny_model_dir):
+    out = tmp_path / "t"
+    base = lt._settings_from_args(lt._parser().parse_args(_cli_base(out, tiny_model_dir)))
+    spec = lt.RunSpec("churn-auc", "rpg", 0, out)
+    cmd = lt.run_command(base, spec, "new")
+    assert "--action" not in cmd and "--sft-steps" not in cmd
+    given = lt._settings_from_args(
+        lt._parser().parse_args(
+            [*_cli_base(out, tiny_model_dir), "--action", "edit", "--sft-steps", "3"]
+        )
+    )
+    cmd = lt.run_command(given, spec, "new")
+    assert cmd[cmd.index("--action") + 1] == "edit" and cmd[cmd.index("--sft-steps") + 1] == "3"
+    assert "--exec-budget" not in cmd  # --exec-budget none
+    timed = lt._settings_from_args(
+        lt._parser().parse_args([*_cli_base(out, tiny_model_dir), "--exec-budget", "7.5"])
+    )
+    budget_cmd = lt.run_command(timed, spec, "new")
+    assert budget_cmd[budget_cmd.index("--exec-budget") + 1] == "7.5"
+    assert lt._config_for(timed, spec).exec_budget_s == 7.5
+    resume = lt.run_command(given, spec, "resume")
+    assert resume[-5:] == ["--resume", str(spec.run_dir), "--steps", "1", "--no-progress"]
+    # both arms: the same command but --method and the folder
+    van = lt.run_command(given, lt.RunSpec("churn-auc", "vanilla", 0, out), "new")
+    diff = [(a, b) for a, b in zip(cmd, van, strict=True) if a != b]
+    assert diff == [
+        ("rpg", "vanilla"),
+        (str(spec.run_dir), str(spec.run_dir).replace("rpg", "vanilla")),
+    ]
+
+
+# ---------------------------------------------------------------- end to end (tiny model)
+
+
+def _chain_value_by_sql(run_dir: Path, budget: float) -> float:
+    """Mean over rows of the best raw reward within ``budget`` s, straight from SQLite."""
+    con = sqlite3.connect(str(run_dir / "buffer.sqlite"))
+    try:
+        rows = con.execute(
+            "SELECT row, exec_time, raw_reward FROM samples WHERE step >= 1 ORDER BY id"
+        ).fetchall()
+    finally:
+        con.close()
+    best: dict[int, float] = {}
+    spent: dict[int, float] = {}
+    for row, t, r in rows:
+        spent[row] = spent.get(row, 0.0) + t
+        if spent[row] <= budget:
+            best[row] = max(best.get(row, -math.inf), r)
+    return float(np.mean(list(best.values())))
+
+
+def _steps(run_dir: Path) -> list[int]:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [m["step"] for m in lines if "sft_step" not in m]  # the SFT warm start logs step 0
+
+
+@pytest.mark.slow
+def test_tiny_table_end_to_end_then_skips_finished_runs(tmp_path, tiny_model_dir, capsys):
+    out = tmp_path / "t"
+    assert lt.main(_cli_base(out, tiny_model_dir)) == 0
+    runs = {(m, k): out / "runs" / "churn-auc" / f"{m}-seed{k}" for m in lt.METHODS for k in (0, 1)}
+    for d in runs.values():
+        assert _steps(d) == [1]
+        cfg = json.loads((d / "config.json").read_text())
+        assert cfg["steps"] == 1 and cfg["batch_size"] == 2 and cfg["model"] == str(tiny_model_dir)
+    assert {
+        json.loads((d / "config.json").read_text())["reward"]["method"] for d in runs.values()
+    } == {
+        "rpg",
+        "vanilla",
+    }
+    with open(out / "llm_table.csv") as fh:
+        (row,) = list(csv.DictReader(fh))
+    budget = float(row["budget_s"])
+    for m in lt.METHODS:
+        vals = [_chain_value_by_sql(runs[(m, k)], budget) for k in (0, 1)]
+        assert float(row[f"{m}_mean"]) == pytest.approx(np.mean(vals), abs=1e-6)
+    assert (out / "figures" / "churn-auc" / "budget_curves.png").exists()
+    assert (out / "llm_table.md").exists() and (out / "llm_table_runs.csv").exists()
+    capsys.readouterr()
+    before = {d: (d / "buffer.sqlite").read_bytes() for d in runs.values()}
+    assert lt.main(_cli_base(out, tiny_model_dir)) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("skip (finished)") == 4 and "exit " not in printed
+    assert all((d / "buffer.sqlite").read_bytes() == b for d, b in before.items())
+
+
+@pytest.mark.slow
+def test_a_killed_run_is_resumed(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    out = tmp_path / "t"
+    argv = [*_cli_base(out, tiny_model_dir), "--seeds", "0", "--steps", "2"]
+    monkeypatch.setenv("RPG_KILL_AT", "2:stored")  # rpg_llm.run's fault hook: SIGKILL at step 2
+    assert lt.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "2 of 2 runs did not finish" in err and len(err.strip().splitlines()) == 1
+    runs = [out / "runs" / "churn-auc" / f"{m}-seed0" for m in lt.METHODS]
+    con = {}
+    for d in runs:
+        assert _steps(d) == [1]  # killed after storing step 2's samples, before its metrics
+        c = sqlite3.connect(str(d / "buffer.sqlite"))
+        con[d] = c.execute("SELECT id, step, row FROM samples ORDER BY id").fetchall()
+        c.close()
+    monkeypatch.delenv("RPG_KILL_AT")
+    assert lt.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.count(": resume ->") == 2
+    for d in runs:
+        assert _steps(d) == [1, 2]
+        assert "--resume" in (out / "logs" / "churn-auc" / f"{d.name}.log").read_text()
+        c = sqlite3.connect(str(d / "buffer.sqlite"))
+        after = c.execute("SELECT id, step, row FROM samples ORDER BY id").fetchall()
+        c.close()
+        assert after[: len(con[d])] == con[d]  # nothing lost, same ids
+        assert sorted((s, r) for _, s, r in after) == [(s, r) for s in (1, 2) for r in (0, 1)]
+    assert (out / "llm_table.csv").exists()
+
+
+def test_a_second_table_on_the_same_out_is_refused(tmp_path, tiny_model_dir, capsys):
+    """Found by launching the quick table twice: both resumed the same run folder at once."""
+    import fcntl
+
+    out = tmp_path / "t"
+    out.mkdir()
+    with open(out / ".llm_table.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running table holds
+        assert lt.main(_cli_base(out, tiny_model_dir)) == 2
+        err = _one_line(capsys)
+        assert f"--out {out}" in err and "in use" in err
+    assert not (out / "runs").exists()  # no run started

@@ -1,0 +1,412 @@
+"""PPO maths against values computed by hand on tiny tensors, and the trainer on a tiny model."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import fixtures_llm
+import pytest
+import torch
+
+from rpg_llm.learner.ppo import (
+    PPOBatch,
+    PPOConfig,
+    PPOTrainer,
+    entropy_from_logits,
+    gae,
+    kl_penalized_rewards,
+    logprobs_from_logits,
+    masked_mean,
+    masked_whiten,
+    policy_loss,
+    value_loss,
+)
+
+# fixtures (pytest finds them by name in this module)
+tiny_model_dir = fixtures_llm.tiny_model_dir
+tiny_policy = fixtures_llm.tiny_policy
+
+F64 = torch.float64
+
+
+def t(x):
+    return torch.tensor(x, dtype=F64)
+
+
+MASK = t([[1, 1, 1], [1, 1, 0]])
+
+
+def test_masked_mean_and_whiten_by_hand():
+    x = t([[1.0, 2.0, 99.0], [4.0, 99.0, 99.0]])
+    mask = t([[1, 1, 0], [1, 0, 0]])
+    assert masked_mean(x, mask).item() == pytest.approx(7 / 3)
+    # unbiased variance of {1, 2, 4}: (16/9 + 1/9 + 25/9) / 2 = 7/3
+    w = masked_whiten(x, mask)
+    sd = math.sqrt(7 / 3 + 1e-8)
+    expected = t([[(1 - 7 / 3) / sd, (2 - 7 / 3) / sd, 0.0], [(4 - 7 / 3) / sd, 0.0, 0.0]])
+    torch.testing.assert_close(w, expected)
+    # whitened valid entries: mean 0, unbiased variance 1
+    vals = w[mask.bool()]
+    assert vals.mean().item() == pytest.approx(0.0, abs=1e-12)
+    assert vals.var().item() == pytest.approx(1.0, rel=1e-6)
+
+
+def test_kl_penalty_in_reward_by_hand():
+    logp = t([[-1.0, -2.0, -3.0], [-0.5, -1.0, -9.0]])
+    ref = t([[-1.5, -2.0, -2.0], [-1.0, -7.0, -7.0]])
+    scores = t([2.0, -1.0])
+    rewards, kl = kl_penalized_rewards(scores, logp, ref, MASK, kl_coef=0.1)
+    torch.testing.assert_close(kl, t([[0.5, 0.0, -1.0], [0.5, 6.0, 0.0]]))
+    # score lands on the last valid token (index 2 in row 0, index 1 in row 1)
+    torch.testing.assert_close(rewards, t([[-0.05, 0.0, 0.1 + 2.0], [-0.05, -0.6 - 1.0, 0.0]]))
+
+
+def test_kl_rewards_reject_bad_shapes():
+    with pytest.raises(ValueError, match="shapes differ"):
+        kl_penalized_rewards(t([1.0, 1.0]), t([[0.0, 0.0]]), t([[0.0]]), t([[1.0, 1.0]]), 0.1)
+    with pytest.raises(ValueError, match="at least one valid token"):
+        kl_penalized_rewards(t([1.0]), t([[0.0]]), t([[0.0]]), t([[0.0]]), 0.1)
+
+
+def test_gae_gamma_lambda_one_is_reward_to_go_minus_value():
+    r = t([[1.0, 0.0, 2.0], [0.5, -1.0, 7.0]])
+    v = t([[0.5, 1.0, 1.5], [0.2, 0.4, 9.0]])
+    adv, ret = gae(r, v, MASK, gamma=1.0, lam=1.0)
+    torch.testing.assert_close(adv, t([[2.5, 1.0, 0.5], [-0.7, -1.4, 0.0]]))
+    torch.testing.assert_close(ret, t([[3.0, 2.0, 2.0], [-0.5, -1.0, 0.0]]))
+
+
+def test_gae_discounted_by_hand():
+    r, v = t([[1.0, 0.0, 2.0]]), t([[0.5, 1.0, 1.5]])
+    adv, ret = gae(r, v, t([[1, 1, 1]]), gamma=0.9, lam=0.8)
+    # delta_2 = 2 - 1.5 = 0.5; delta_1 = 0.9*1.5 - 1 = 0.35; delta_0 = 1 + 0.9*1 - 0.5 = 1.4
+    a2 = 0.5
+    a1 = 0.35 + 0.72 * a2
+    a0 = 1.4 + 0.72 * a1
+    torch.testing.assert_close(adv, t([[a0, a1, a2]]))
+    torch.testing.assert_close(ret, adv + v)
+
+
+def test_clipped_surrogate_by_hand_and_its_gradient():
+    old = t([[-1.2, -1.5, -1.0]])
+    new = t([[-1.0, -2.0, -1.0]]).requires_grad_(True)
+    adv = t([[1.0, -2.0, 3.0]])
+    loss, stats = policy_loss(new, old, adv, t([[1, 1, 1]]), clip_ratio=0.2)
+    # token 0: ratio e^0.2 = 1.2214 > 1.2 with A > 0 -> clipped term -1.2
+    # token 1: ratio e^-0.5 = 0.6065 < 0.8 with A < 0 -> clipped term 2 * 0.8 = 1.6
+    # token 2: ratio 1 -> -3
+    assert loss.item() == pytest.approx((-1.2 + 1.6 - 3.0) / 3)
+    assert stats["clipfrac"].item() == pytest.approx(2 / 3)
+    r = math.exp(0.2)
+    assert stats["approx_kl"].item() == pytest.approx(
+        ((r - 1 - 0.2) + (math.exp(-0.5) - 1 + 0.5) + 0.0) / 3
+    )
+    loss.backward()
+    # clipped tokens carry no gradient; the unclipped one: d/dlp (-A e^{lp-old}) / 3 = -3/3
+    torch.testing.assert_close(new.grad, t([[0.0, 0.0, -1.0]]))
+
+
+def test_clipped_value_loss_by_hand():
+    v = t([[1.0, 0.0, 1.0]]).requires_grad_(True)
+    old = t([[0.0, 0.0, 0.0]])
+    ret = t([[0.2, 1.0, 2.0]])
+    loss, stats = value_loss(v, old, ret, t([[1, 1, 1]]), value_clip=0.5)
+    # token 0: max((0.8)^2, (0.5-0.2)^2) = 0.64; token 1: 1; token 2: max(1, (0.5-2)^2) = 2.25
+    assert loss.item() == pytest.approx(0.5 * (0.64 + 1.0 + 2.25) / 3)
+    assert stats["vf_clipfrac"].item() == pytest.approx(1 / 3)
+    loss.backward()
+    # d/dv of 0.5 (v - G)^2 / 3 where unclipped; 0 where the clipped branch wins
+    torch.testing.assert_close(v.grad, t([[0.8 / 3, -1.0 / 3, 0.0]]))
+
+
+def test_normalizer_makes_micro_batches_add_up():
+    lp = t([[-1.0, -2.0], [-0.5, -0.1]])
+    old = t([[-1.1, -2.0], [-0.4, -0.3]])
+    adv = t([[1.0, -1.0], [0.5, 2.0]])
+    m = t([[1, 1], [1, 0]])
+    full, _ = policy_loss(lp, old, adv, m, 0.2)
+    n = float(m.sum())
+    parts = sum(
+        policy_loss(lp[i : i + 1], old[i : i + 1], adv[i : i + 1], m[i : i + 1], 0.2, n)[0]
+        for i in range(2)
+    )
+    assert parts.item() == pytest.approx(full.item())
+
+
+def test_logprobs_and_entropy():
+    logits = t([[[0.0, math.log(3.0)], [1.0, 1.0]]])
+    lp = logprobs_from_logits(logits, torch.tensor([[1, 0]]))
+    torch.testing.assert_close(lp, t([[math.log(0.75), math.log(0.5)]]))  # float64 stays float64
+    ent = entropy_from_logits(logits)
+    h0 = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    torch.testing.assert_close(ent, t([[h0, math.log(2.0)]]))
+    # bf16 logits are promoted to float32
+    assert logprobs_from_logits(logits.bfloat16(), torch.tensor([[1, 0]])).dtype == torch.float32
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="clip_ratio"):
+        PPOConfig(clip_ratio=0.0)
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        PPOConfig(micro_batch_size=0)
+
+
+def test_batch_from_lists_layout():
+    b = PPOBatch.from_lists([[5, 6], [7]], [[1], [2, 3, 4]], [1.0, -1.0], pad_id=0)
+    torch.testing.assert_close(b.query_ids, torch.tensor([[5, 6], [0, 7]]))
+    torch.testing.assert_close(b.response_mask, torch.tensor([[1, 0, 0], [1, 1, 1]]))
+    torch.testing.assert_close(b.input_ids, torch.tensor([[5, 6, 1, 0, 0], [0, 7, 2, 3, 4]]))
+    with pytest.raises(ValueError, match="equal"):
+        PPOBatch.from_lists([[1]], [[1], [2]], [0.0], pad_id=0)
+
+
+def _batch(policy, scores):
+    tok = policy.tokenizer
+    q = [tok("import numpy", add_special_tokens=False)["input_ids"], [5, 6, 7, 8]]
+    r = [[10, 11, 12], [13, 14]]
+    return PPOBatch.from_lists(q[: len(scores)], r[: len(scores)], scores, tok.pad_token_id)
+
+
+def _fresh_actor(model_dir):
+    from rpg_llm.learner.policy import load_policy
+
+    return load_policy(str(model_dir), device="cpu").model
+
+
+def test_micro_batch_accumulation_equals_full_batch_gradient(tiny_model_dir):
+    grads = []
+    for micro in (1, 2):
+        actor = _fresh_actor(tiny_model_dir)
+        trainer = PPOTrainer(actor, PPOConfig(micro_batch_size=micro, max_grad_norm=1e9))
+        from rpg_llm.learner.policy import load_policy
+
+        pol = load_policy(str(tiny_model_dir), device="cpu")
+        seen = []  # the accumulated gradients at the optimiser step (step() drops them after)
+        real_step = trainer.actor_opt.step
+
+        def spy(*a, _seen=seen, _real=real_step, _t=trainer, **kw):
+            _seen.append([p.grad.clone() for p in _t.policy.parameters() if p.grad is not None])
+            return _real(*a, **kw)
+
+        trainer.actor_opt.step = spy
+        trainer.step(_batch(pol, [1.0, -0.5]))
+        assert len(seen) == 1
+        assert all(p.grad is None for p in trainer.policy.parameters())
+        grads.append(seen[0])
+    assert len(grads[0]) == len(grads[1]) > 0
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def _seq_logps(trainer, batch):
+    from rpg_llm.learner.ppo import _response_logits
+
+    with torch.no_grad():
+        logits = _response_logits(trainer.actor, batch, trainer.temperature)
+        lp = logprobs_from_logits(logits, batch.response_ids)
+    return (lp * batch.response_mask).sum(1)
+
+
+def test_positive_score_raises_response_logprob(tiny_model_dir, tiny_policy):
+    cfg = PPOConfig(actor_lr=3e-3, critic_lr=3e-3, kl_coef=0.0, whiten_advantages=False)
+    trainer = PPOTrainer(_fresh_actor(tiny_model_dir), cfg)
+    batch = _batch(tiny_policy, [1.0])
+    before = _seq_logps(trainer, batch)
+    stats = [trainer.step(batch) for _ in range(3)]
+    assert float(_seq_logps(trainer, batch)[0]) > float(before[0]) + 1e-3
+    # rollout-time KL against the frozen reference starts at exactly 0, then grows
+    assert stats[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert stats[-1]["kl"] > 0.0
+    # zero-initialised value head: first advantages equal the score on every token
+    assert stats[0]["advantage_mean"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_whitened_advantages_push_better_response_up(tiny_model_dir, tiny_policy):
+    cfg = PPOConfig(actor_lr=3e-3, critic_lr=3e-3)
+    trainer = PPOTrainer(_fresh_actor(tiny_model_dir), cfg)
+    batch = _batch(tiny_policy, [1.0, -1.0])
+    before = _seq_logps(trainer, batch)
+    s = [trainer.step(batch) for _ in range(3)]
+    after = _seq_logps(trainer, batch)
+    assert float(after[0]) > float(before[0]) and float(after[1]) < float(before[1])
+    assert s[0]["advantage_mean"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_checkpoint_roundtrip(tiny_model_dir, tiny_policy, tmp_path):
+    trainer = PPOTrainer(_fresh_actor(tiny_model_dir), PPOConfig(actor_lr=1e-3))
+    trainer.step(_batch(tiny_policy, [1.0, 0.0]))
+    trainer.save(tmp_path / "ckpt")
+    other = PPOTrainer(_fresh_actor(tiny_model_dir), PPOConfig(actor_lr=1e-3))
+    other.load(tmp_path / "ckpt")
+    for a, b in zip(trainer.policy.parameters(), other.policy.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert other.num_updates == 1
+    s1 = trainer.step(_batch(tiny_policy, [0.5, 1.0]))
+    s2 = other.step(_batch(tiny_policy, [0.5, 1.0]))
+    assert s1["pg_loss"] == pytest.approx(s2["pg_loss"], rel=1e-5)
+
+
+def test_lora_trainer_steps(tiny_model_dir, tiny_policy):
+    trainer = PPOTrainer(_fresh_actor(tiny_model_dir), PPOConfig(lora_rank=4, actor_lr=1e-3))
+    assert trainer.ref is None
+    s = trainer.step(_batch(tiny_policy, [1.0, -1.0]))
+    assert all(math.isfinite(v) for v in s.values())
+    assert s["kl"] == pytest.approx(0.0, abs=1e-6)  # LoRA B starts at zero: actor == reference
+
+
+# ----------------------------------------------------------------------------------------------
+# Log-probs at the sampling temperature; dropout off in the update
+# ----------------------------------------------------------------------------------------------
+
+SAMPLE_T = 0.7
+
+
+@pytest.fixture(scope="module")
+def dropout_model_dir(tmp_path_factory):
+    """The tiny model with attention dropout 0.1 in its config."""
+    from testkit.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_dropout") / "tiny", dropout=0.1)
+
+
+def _load(model_dir, dtype=torch.float32):
+    from rpg_llm.learner.policy import load_policy
+
+    return load_policy(str(model_dir), device="cpu", dtype=dtype)
+
+
+def _sampled_batch(pol, seed=1, max_new_tokens=16):
+    """Responses sampled at T 0.7, top-k 20, top-p 0.8 for prompts of different lengths."""
+    from rpg_llm.learner.policy import chat_prompt_ids, generate
+
+    tok = pol.tokenizer
+    prompts = ["write code", "hi", "import numpy as np and pandas as pd, then fit a model"]
+    q = [chat_prompt_ids(tok, p) for p in prompts]
+    gen = generate(pol, q, max_new_tokens, temperature=SAMPLE_T, top_k=20, top_p=0.8, seed=seed)
+    batch = PPOBatch.from_lists(
+        gen.query_ids, gen.response_ids, [1.0, -0.5, 0.25], tok.pad_token_id
+    )
+    return gen, batch
+
+
+def _padded(rows, like):
+    out = torch.zeros_like(like)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=like.dtype)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("train_temperature", "matches"),
+    [(SAMPLE_T, True), (1.0, False)],  # 1.0: the old convention (raw logits)
+    ids=["logits-over-T", "old-raw-logits"],
+)
+def test_training_logprobs_equal_the_samplers_at_its_temperature(
+    dropout_model_dir, train_temperature, matches
+):
+    """Old (rollout-time), reference and actor log-probs of each sampled token equal the
+    sampler's own log-prob at T to 1e-5 (float64 model); the raw-logit convention misses."""
+    from rpg_llm.learner.ppo import _response_logits, _update_mode
+
+    pol = _load(dropout_model_dir, torch.float64)
+    gen, batch = _sampled_batch(pol)
+    assert len(gen.logprobs) == 3
+    assert [len(lp) for lp in gen.logprobs] == [len(r) for r in gen.response_ids]
+    trainer = PPOTrainer(pol.model, PPOConfig(), temperature=train_temperature)
+    roll = trainer._rollout_stats(batch)
+    sampler = _padded(gen.logprobs, roll["old_logprobs"])
+    mask = batch.response_mask.bool()
+    with _update_mode(trainer.actor):  # the actor's forward of the update, with gradients
+        logits = _response_logits(trainer.actor, batch, trainer.temperature)
+        actor_lp = logprobs_from_logits(logits, batch.response_ids)
+    assert actor_lp.requires_grad
+    for name, lp in [
+        ("old", roll["old_logprobs"]),
+        ("ref", roll["ref_logprobs"]),
+        ("actor", actor_lp),
+    ]:
+        gap = (lp.detach() - sampler)[mask].abs().max().item()
+        if matches:
+            assert gap <= 1e-5, (name, gap)
+        else:
+            assert gap > 1e-2, (name, gap)
+    # each sampled token's log-prob is a real probability (the token was in the top-k set)
+    assert (sampler[mask] < 0).all() and (sampler[mask] > math.log(1e-12)).all()
+
+
+@contextlib.contextmanager
+def _old_train_mode(*models):
+    """The old update: ``model.train()``, dropout on."""
+    for m in models:
+        m.train()
+    yield
+
+
+@pytest.mark.parametrize("mode", ["eval", "old-train"])
+def test_lr_zero_gives_ratio_one_and_zero_kl_with_dropout_in_the_config(
+    dropout_model_dir, monkeypatch, mode
+):
+    """Dropout 0.1 in the config: at lr 0 the update's ratio is exactly 1, approx-KL and clip
+    fraction 0, over two epochs of single-sample mini-batches. In train mode (the old update,
+    parametrised) dropout makes the ratio differ from 1 and the test's assertion fail."""
+    import rpg_llm.learner.ppo as ppo
+
+    if mode == "old-train":
+        monkeypatch.setattr(ppo, "_update_mode", _old_train_mode)
+    pol = _load(dropout_model_dir)
+    assert pol.model.config.attention_dropout == 0.1
+    _, batch = _sampled_batch(pol)
+    cfg = PPOConfig(ppo_epochs=2, mini_batch_size=1, micro_batch_size=1)
+    trainer = PPOTrainer(pol.model, cfg, temperature=SAMPLE_T)
+    for opt in (trainer.actor_opt, trainer.critic_opt):
+        for group in opt.param_groups:
+            group["lr"] = 0.0
+    torch.manual_seed(0)
+    stats = trainer.step(batch)
+    assert stats["actor_grad_norm"] > 0  # gradients flowed: a real update, at lr 0
+    ratio_one = stats["approx_kl"] <= 1e-10 and stats["clipfrac"] == 0.0
+    assert ratio_one == (mode == "eval"), stats
+
+
+def test_update_mode_keeps_gradient_checkpointing(dropout_model_dir):
+    """Eval mode must not switch gradient checkpointing off: with it on, the attention modules
+    run again in the backward pass (the recomputation)."""
+    from rpg_llm.learner.ppo import _response_logits, _update_mode
+
+    calls = {}
+    for ckpt in (False, True):
+        pol = _load(dropout_model_dir)
+        if ckpt:
+            pol.model.gradient_checkpointing_enable()
+        _, batch = _sampled_batch(pol, max_new_tokens=6)
+        n = [0]
+
+        def count(*_, n=n):
+            n[0] += 1
+
+        attn = [m for name, m in pol.model.named_modules() if name.endswith("self_attn")]
+        assert attn
+        for m in attn:
+            m.register_forward_hook(count)
+        with _update_mode(pol.model):
+            logits = _response_logits(pol.model, batch, SAMPLE_T)
+            logits.sum().backward()
+        assert not pol.model.training  # modes restored? (eval before, eval after)
+        calls[ckpt] = n[0]
+    assert calls[True] == 2 * calls[False]
+
+
+def test_update_mode_restores_modes(tiny_model_dir):
+    model = _fresh_actor(tiny_model_dir).train()
+    from rpg_llm.learner.ppo import _update_mode
+
+    with _update_mode(model):
+        assert not any(m.training for m in model.modules())
+    assert all(m.training for m in model.modules())
+
+
+def test_temperature_is_checked_early(tiny_model_dir):
+    for bad in (0.0, -1.0, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="temperature"):
+            PPOTrainer(_fresh_actor(tiny_model_dir), PPOConfig(), temperature=bad)

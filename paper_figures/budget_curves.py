@@ -38,8 +38,8 @@ _COLORS = {"rpg": "tab:red", "vanilla": "tab:blue"}
 
 def y_label(run_dirs: Sequence[str | Path]) -> str:
     """The y-axis label: the best raw reward for competition runs; for NanoGPT runs
-    (:func:`rpg_llm.loop.budget.is_loss_task`) the curves are minus the best crossing val loss."""
-    from rpg_llm.loop.budget import is_loss_task
+    (:func:`rpg_llm.env.registry.is_loss_task`) the curves are minus the best crossing val loss."""
+    from rpg_llm.env.registry import is_loss_task
     from rpg_llm.loop.runfolder import RunFolder
 
     loss = []

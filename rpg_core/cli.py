@@ -48,7 +48,7 @@ def usage_check(ok: bool, message: str) -> None:
         raise UsageError(message)
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split()) or "(no message)"
 
 

@@ -135,7 +135,7 @@ def npg_exact(
             break
         q = relative_values(rho[k], rbar, dbar)
         theta = theta + eta[k] * (q - (pi * q).sum(axis=1, keepdims=True))
-        if store_theta:
+        if thetas is not None:
             thetas[k + 1] = theta
         H[k + 1] = H[k] + eta[k]
         weighted += eta[k] * rho[k]

@@ -201,6 +201,7 @@ def rho_star_bruteforce(
         val = policy_rate(np.asarray(u), p, rbar, dbar)
         if val > best:
             best, best_u = val, np.asarray(u)
+    assert best_u is not None  # A**C >= 1 policies were scored
     return float(best), best_u
 
 

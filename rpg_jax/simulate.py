@@ -193,16 +193,16 @@ def _check_sizes(agent: Agent, params: EnvParams) -> None:
             )
 
 
-def _validate(seeds: Sequence[int], n_steps: int) -> np.ndarray:
-    seeds = np.asarray(seeds)
-    if seeds.ndim != 1 or seeds.size < 1:
-        raise ValueError(f"seeds must be a non-empty 1-D sequence, got shape {seeds.shape}")
-    if not np.issubdtype(seeds.dtype, np.integer) or np.any(seeds < 0) or np.any(seeds >= 2**32):
-        bad = [s for s in seeds.tolist() if not (isinstance(s, int) and 0 <= s < 2**32)][:8]
-        raise ValueError(f"seeds must be integers in [0, 2**32), got {bad or seeds.tolist()[:8]}")
+def _validate(seeds: Sequence[int] | np.ndarray, n_steps: int) -> np.ndarray:
+    arr = np.asarray(seeds)
+    if arr.ndim != 1 or arr.size < 1:
+        raise ValueError(f"seeds must be a non-empty 1-D sequence, got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer) or np.any(arr < 0) or np.any(arr >= 2**32):
+        bad = [s for s in arr.tolist() if not (isinstance(s, int) and 0 <= s < 2**32)][:8]
+        raise ValueError(f"seeds must be integers in [0, 2**32), got {bad or arr.tolist()[:8]}")
     if not isinstance(n_steps, int | np.integer) or n_steps < 1:
         raise ValueError(f"n_steps must be a positive integer, got {n_steps!r}")
-    return seeds.astype(np.int64)
+    return arr.astype(np.int64)
 
 
 def simulate(
@@ -240,10 +240,10 @@ def simulate(
         leading axis is not ``S``, or an agent built for another number of contexts or actions
         than the environment's (before any compilation).
     """
-    seeds = _validate(seeds, n_steps)
-    n_seeds = seeds.size
-    if not per_seed_hyper and np.unique(seeds).size != n_seeds:
-        dup = sorted({int(s) for s in seeds if np.count_nonzero(seeds == s) > 1})
+    seed_arr = _validate(seeds, n_steps)
+    n_seeds = seed_arr.size
+    if not per_seed_hyper and np.unique(seed_arr).size != n_seeds:
+        dup = sorted({int(s) for s in seed_arr if np.count_nonzero(seed_arr == s) > 1})
         raise ValueError(f"seeds must be distinct, repeated: {dup[:8]}")
     if not isinstance(max_checkpoints, int) or max_checkpoints < 1:
         raise ValueError(f"max_checkpoints must be a positive int, got {max_checkpoints!r}")
@@ -257,7 +257,7 @@ def simulate(
     devices = jax.local_devices()
     n_dev = len(devices) if shard else 1
     pad = (-n_seeds) % n_dev
-    seeds_p = np.concatenate([seeds, seeds[:pad]]) if pad else seeds
+    seeds_p = np.concatenate([seed_arr, seed_arr[:pad]]) if pad else seed_arr
 
     def _pad(tree):
         return jax.tree.map(
@@ -287,7 +287,7 @@ def simulate(
     c_r, c_d, c_p = (_total(v)[:n_seeds] for v in curves)
     r_curve = rho_star * c_d - c_r
     return SimResult(
-        seeds=seeds,
+        seeds=seed_arr,
         regret=r_curve[:, -1],
         pseudo_regret=pseudo,
         checkpoints=grid,

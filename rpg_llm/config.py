@@ -449,7 +449,7 @@ def _build(cls: type, d: Any, prefix: str) -> Any:
     kw = {}
     for k, v in d.items():
         t = hints[k]
-        kw[k] = _build(t, v, f"{prefix}{k}.") if is_dataclass(t) else v
+        kw[k] = _build(t, v, f"{prefix}{k}.") if isinstance(t, type) and is_dataclass(t) else v
     return cls(**kw)
 
 
@@ -485,7 +485,7 @@ def config_flags(cls: type = LoopConfig, prefix: str = "") -> list[FlagSpec]:
     out: list[FlagSpec] = []
     for f in fields(cls):
         t = hints[f.name]
-        if is_dataclass(t):
+        if isinstance(t, type) and is_dataclass(t):
             out.extend(config_flags(t, prefix + f.name + "."))
             continue
         if f.metadata.get("cli", True) is False:

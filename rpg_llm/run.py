@@ -114,8 +114,8 @@ def _check_speedrun(cfg: Any) -> None:
     Raises:
         UsageError: a folder not given or failing the check (names the flag and the value).
     """
+    from rpg_llm.env.registry import SPEEDRUN_GPUS, SPEEDRUN_ID
     from rpg_llm.env.tasks import nanogpt
-    from rpg_llm.loop.backends import SPEEDRUN_GPUS, SPEEDRUN_ID
     from rpg_llm.presets import NANOGPT_ENV
 
     if not cfg.speedrun_dir:
@@ -180,10 +180,10 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
         UsageError: naming the flag and the value.
     """
     from rpg_llm.env import tasks
+    from rpg_llm.env.registry import SPEEDRUN_ID
     from rpg_llm.env.tasks import nanogpt
     from rpg_llm.env.tasks.cliflags import seed_dir_arg
     from rpg_llm.learner.policy import resolve_model
-    from rpg_llm.loop.backends import SPEEDRUN_ID
     from rpg_llm.presets import get_preset, missing_resources
 
     _check_device(cfg.device)

@@ -21,7 +21,9 @@ def sample_context(params: EnvParams, key: jax.Array) -> jax.Array:
     return jax.random.categorical(key, jnp.log(p)).astype(jnp.int32)
 
 
-def correlated_normals(key: jax.Array, corr: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
+def correlated_normals(
+    key: jax.Array, corr: jax.typing.ArrayLike, dtype
+) -> tuple[jax.Array, jax.Array]:
     """Standard normals ``(Z1, Z2)`` of correlation ``corr``: ``Z2 = corr Z1 + sqrt(1-corr^2) E``.
 
     Scalars of ``dtype``; ``E`` is a second independent standard normal.

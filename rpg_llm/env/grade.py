@@ -31,7 +31,7 @@ PROG = "python -m rpg_llm.env.grade"
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
+    parser = ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n\n")[1])
     parser.add_argument("competition", help="competition id or alias ('text')")
     parser.add_argument("submission", type=Path, help="submission CSV")
     parser.add_argument("--data-root", type=Path, default=None)

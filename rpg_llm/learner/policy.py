@@ -107,9 +107,9 @@ def _convert_smollm2_gguf(target: Path) -> Path:
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
         )
         # the tensors are de-quantised already: save them as a plain float32 checkpoint
-        model.hf_quantizer = None
+        setattr(model, "hf_quantizer", None)  # noqa: B010 - typed as a module attribute
         if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+            delattr(model.config, "quantization_config")
         partial = target.with_name(target.name + ".partial")
         model.save_pretrained(partial, safe_serialization=True)
         tok.save_pretrained(partial)
@@ -203,7 +203,8 @@ def load_policy(
         tokenizer.pad_token = tokenizer.eos_token
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = CHATML_TEMPLATE
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model = model.to(device).eval()
     if model.generation_config is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return Policy(model=model, tokenizer=tokenizer, device=device, name=name, path=Path(path))
@@ -314,7 +315,7 @@ def generate(
     top_k: int = 20,
     top_p: float = 0.8,
     seed: int | None = None,
-    model: Any | None = None,
+    model: Any = None,
     batch_size: int | None = None,
     cpu_threads: int | None = 1,
 ) -> Generation:

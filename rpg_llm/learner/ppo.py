@@ -317,7 +317,7 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     @classmethod
-    def from_causal_lm(cls, model: nn.Module) -> ValueModel:
+    def from_causal_lm(cls, model: Any) -> ValueModel:
         """Build a critic whose backbone is a deep copy of ``model``'s base model."""
         base = getattr(model, "model", None)
         if base is None:
@@ -516,7 +516,7 @@ class PPOTrainer:
 
     def __init__(
         self,
-        actor: nn.Module,
+        actor: Any,
         config: PPOConfig,
         accelerator: Any | None = None,
         *,
@@ -536,8 +536,9 @@ class PPOTrainer:
             self.ref = copy.deepcopy(actor).eval().requires_grad_(False)
         if config.gradient_checkpointing:
             actor.gradient_checkpointing_enable()
-            if hasattr(critic.backbone, "gradient_checkpointing_enable"):
-                critic.backbone.gradient_checkpointing_enable()
+            enable = getattr(critic.backbone, "gradient_checkpointing_enable", None)
+            if enable is not None:
+                enable()
         actor_opt = torch.optim.AdamW(
             [p for p in actor.parameters() if p.requires_grad],
             lr=config.actor_lr,
@@ -555,25 +556,27 @@ class PPOTrainer:
             self.ref = self.ref.to(self.accelerator.device)
         self.num_updates = 0
 
-    def _add_lora(self, actor: nn.Module, critic: ValueModel) -> tuple[nn.Module, ValueModel]:
+    def _add_lora(self, actor: Any, critic: ValueModel) -> tuple[Any, ValueModel]:
         from peft import LoraConfig, get_peft_model
 
-        cfg = dict(
+        lora: dict[str, Any] = dict(
             r=self.config.lora_rank,
             lora_alpha=self.config.lora_alpha,
             target_modules="all-linear",
             lora_dropout=0.0,
         )
+        actor_cfg = LoraConfig(task_type="CAUSAL_LM", **lora)
+        critic_cfg = LoraConfig(**lora)
         with warnings.catch_warnings():
             # peft reads transformers' deprecated ``is_gradient_checkpointing`` alias
             warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
-            actor = get_peft_model(actor, LoraConfig(task_type="CAUSAL_LM", **cfg))
-            critic.backbone = get_peft_model(critic.backbone, LoraConfig(**cfg))
+            actor = get_peft_model(actor, actor_cfg)
+            critic.backbone = get_peft_model(critic.backbone, critic_cfg)
         critic.value_head.requires_grad_(True)
         return actor, critic
 
     @property
-    def policy(self) -> nn.Module:
+    def policy(self) -> Any:
         """The actor without distributed wrappers (for generation and saving)."""
         return self.accelerator.unwrap_model(self.actor)
 
@@ -678,8 +681,8 @@ class PPOTrainer:
                     )
                     self.actor_opt.step()
                     self.critic_opt.step()
-                    stats.setdefault("actor_grad_norm", []).append(float(gn_a))
-                    stats.setdefault("critic_grad_norm", []).append(float(gn_c))
+                    stats.setdefault("actor_grad_norm", []).append(float(gn_a or 0.0))
+                    stats.setdefault("critic_grad_norm", []).append(float(gn_c or 0.0))
         self.num_updates += 1
         self.actor_opt.zero_grad(set_to_none=True)  # gradients are not needed between steps
         self.critic_opt.zero_grad(set_to_none=True)
@@ -704,7 +707,7 @@ class PPOTrainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
 
-    def trainable_state(self) -> dict[str, dict[str, torch.Tensor]]:
+    def trainable_state(self) -> dict[str, dict[str, Any]]:
         """The trained parameters of actor and critic, by parameter name (CPU tensors).
 
         Full fine-tuning: the complete state dicts. LoRA: only the parameters with

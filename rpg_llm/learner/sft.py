@@ -312,7 +312,7 @@ def _check_examples(examples: Sequence[SFTExample]) -> None:
 def answer_loss(
     policy: Any,
     examples: Sequence[SFTExample],
-    model: Any | None = None,
+    model: Any = None,
     batch_size: int = 4,
     max_prompt_tokens: int | None = None,
 ) -> float:
@@ -344,7 +344,7 @@ def sft_warm_start(
     weight_decay: float = 0.0,
     max_grad_norm: float = 1.0,
     max_prompt_tokens: int | None = None,
-    model: Any | None = None,
+    model: Any = None,
     cpu_threads: int | None = None,
     on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
@@ -503,7 +503,7 @@ def format_rates(
 # ----------------------------------------------------------------------------------------------
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: Sequence[str] | None) -> int:
     import sys
     import tempfile
     from pathlib import Path
@@ -641,7 +641,7 @@ def _main(argv: list[str] | None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``python -m rpg_llm.learner.sft``: see :func:`_main`'s ``--help``."""
     from rpg_core.cli import run_cli
 

@@ -3,9 +3,9 @@
 Slot ``i % S`` accumulates the raw reward and the charged time of batch row ``i`` (never reset;
 DESIGN.md section 4); the NIW estimator is refitted on the slot sums after every step and gives
 that step's ``rho_hat``; rewards are then relative (RPG) or raw (vanilla), plus the improvement
-bonus (:mod:`rpg_llm.loop.rewards`); a task with rewards of its own (NanoGPT) replaces the raw
-reward
-the slots get, the vanilla reward and the bonus (:class:`TaskRewards`). Samples whose status is
+bonus (:mod:`rpg_llm.loop.rewards`); a task with rewards of its own (``Task.own_rewards``, e.g.
+a val loss against a target) replaces the raw reward the slots get, the vanilla reward and the
+bonus (:class:`rpg_llm.env.types.TaskRewards`). Samples whose status is
 ``infra`` (the sandbox, grader set-up or machine failed, not the script) feed neither the slots
 nor the best score.
 """
@@ -13,21 +13,19 @@ nor the best score.
 from __future__ import annotations
 
 import math
-import typing
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
+from rpg_llm.env.types import TaskRewards
 from rpg_llm.loop.rewards import RewardConfig, StepRewards, charged_time, step_rewards
 
 __all__ = [
     "RateTracker",
     "Accounts",
     "TaskRewards",
-    "nanogpt_rewards",
     "INFRA",
     "infra_mask",
 ]
@@ -80,36 +78,11 @@ class RateTracker:
         return rho
 
 
-class TaskRewards(typing.NamedTuple):
-    """A task's own rewards (the NanoGPT task, ``rpg_llm.env.tasks.nanogpt.rewards``).
-
-    Attributes:
-        rate: ``(score, valid) -> float``, what the estimator's slots get (``max(0, 10 - L)``
-            or 0).
-        vanilla: ``(score, valid, delta_s) -> float``, the vanilla arm's reward.
-    """
-
-    rate: Callable[[Any, bool], float]
-    vanilla: Callable[[Any, bool, float], float]
-
-
-def nanogpt_rewards(target: float) -> TaskRewards:
-    """The NanoGPT task's rewards for target val loss ``target`` (nats): the estimator is fed
-    ``nanogpt.rate_reward``, vanilla gets ``nanogpt.vanilla_reward`` (invalid: -3000); the RPG
-    arm's raw reward is the stored ``nanogpt.rpg_reward`` (its own +5 bonus included)."""
-    from rpg_llm.env.tasks import nanogpt
-
-    return TaskRewards(
-        rate=nanogpt.rate_reward,
-        vanilla=lambda score, ok, delta: nanogpt.vanilla_reward(score, ok, target, delta),
-    )
-
-
 class Accounts:
     """The run's reward-rate estimate and best raw reward, fed step by step from stored samples
     (the same calls on a fresh run and on resume, so both give the same numbers).
 
-    With ``task_rewards`` (a task with rewards of its own, e.g. :func:`nanogpt_rewards`) the
+    With ``task_rewards`` (a task with rewards of its own, ``Task.own_rewards()``) the
     estimator is fed ``task_rewards.rate``, the vanilla arm gets ``task_rewards.vanilla`` and
     the generic improvement bonus is 0 (the task's raw reward holds its own bonus).
     """
@@ -164,10 +137,20 @@ class Accounts:
         if valid.any():
             self.best = max(self.best, float(raw[valid].max()))
 
+    def fit_rho(self, step: int, samples: list[Any]) -> float:
+        """Feed this step's samples into the slots and refit ``rho_hat`` on the slot sums
+        (Algorithm 1, line 9); returns it (1/s)."""
+        _, rate, valid, delta = self._arrays(samples)
+        return self._feed(step, samples, rate, valid, delta)
+
     def account(self, step: int, samples: list[Any]) -> StepRewards:
-        """Refit ``rho_hat`` on the slot sums including this step, then this step's rewards."""
-        raw, rate, valid, delta = self._arrays(samples)
-        rho = self._feed(step, samples, rate, valid, delta)
+        """:meth:`fit_rho`, then :meth:`relative_rewards` at that ``rho_hat``."""
+        return self.relative_rewards(samples, self.fit_rho(step, samples))
+
+    def relative_rewards(self, samples: list[Any], rho: float) -> StepRewards:
+        """This step's rewards (Algorithm 1, line 10): ``r - rho * delta`` in the RPG arm, the
+        raw reward in the vanilla arm, plus the improvement bonus on a new best."""
+        raw, _, valid, delta = self._arrays(samples)
         sr = step_rewards(raw, valid, delta, rho, self.best, self.cfg)
         self.best = sr.best
         if valid.any():

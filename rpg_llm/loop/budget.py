@@ -7,9 +7,9 @@ execution time after each sample and the best raw reward so far give a step func
 budget ``b`` of a common grid a chain's value is its best raw reward among the samples finished
 within ``b`` (undefined before its first sample; after its last sample the value stays). Per arm
 (the run's method and whether it was seeded) :func:`curve` gives the mean across chains and its
-standard error at every budget (DESIGN.md section 7). NanoGPT runs (lower val loss is better)
-use the task's own ``nanogpt.loss_chains`` and give minus the best crossing val loss
-(only samples with ``L <= L*`` count). The plot lives in
+standard error at every budget (DESIGN.md section 7). Runs of a task whose value is a loss
+(``rpg_llm.env.registry.is_loss_task``: lower is better) give minus the best loss that crossed
+the task's target (``registry.loss_chains``). The plot lives in
 ``paper_figures.budget_curves``; this module only reads run folders and does the arithmetic.
 """
 
@@ -21,13 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
+from rpg_llm.env.registry import is_loss_task, loss_chains
 from rpg_llm.loop.buffer import SampleBuffer
 from rpg_llm.loop.runfolder import RunFolder
 
 __all__ = [
     "Chain",
-    "is_loss_task",
-    "loss_target",
     "run_label",
     "read_chains",
     "group_chains",
@@ -66,36 +65,12 @@ def run_label(config: dict) -> str:
     return f"{method} ({seeded})"
 
 
-def is_loss_task(task: str | None) -> bool:
-    """True for the NanoGPT tasks, whose chains are the best val loss (``nanogpt.loss_chains``)."""
-    from rpg_llm.env.tasks import nanogpt
-
-    return task in nanogpt.TASK_IDS or task == "nanogpt-speedrun"
-
-
-def loss_target(task: str) -> float:
-    """The target val loss ``L*`` of a NanoGPT task, nats: the calibrated CPU stand-in's
-    (``nanogpt.cpu_settings()``) or the speedrun's 3.28 (``nanogpt.SPEEDRUN``).
-
-    Raises:
-        ValueError: ``task`` is not a NanoGPT task.
-    """
-    from rpg_llm.env.tasks import nanogpt
-
-    if task in nanogpt.TASK_IDS:
-        return float(nanogpt.cpu_settings().target_loss)
-    if task == "nanogpt-speedrun":
-        return float(nanogpt.SPEEDRUN.target_loss)
-    raise ValueError(f"{task!r} is not a NanoGPT task")
-
-
 def read_chains(run_dir: str | Path) -> list[Chain]:
     """Chains of one run folder (one per batch row), from its ``config.json`` and buffer.
 
-    For a NanoGPT run (:func:`is_loss_task`) a chain's value is minus the best *crossing* val
-    loss so far: the lowest ``L <= L*`` (:func:`loss_target`) among its valid samples
-    (``rpg_llm.env.tasks.nanogpt.loss_chains``; NaN before the first crossing), so "higher is
-    better" holds for every curve.
+    For a task whose chains are a loss (``rpg_llm.env.registry.is_loss_task``) a chain's value is
+    minus the best *crossing* loss so far (``registry.loss_chains``; NaN before the first
+    crossing), so "higher is better" holds for every curve.
 
     Raises:
         ValueError: not a run folder, or no training sample in it.
@@ -109,13 +84,10 @@ def read_chains(run_dir: str | Path) -> list[Chain]:
         samples = buf.by_row(min_step=1)
     if not samples:
         raise ValueError(f"{folder.root} has no training samples yet")
-    task = config.get("competition") or config.get("task")
+    task = str(config.get("competition") or config.get("task") or "")
     if is_loss_task(task):
-        from rpg_llm.env.tasks import nanogpt
-
-        # best crossing val loss so far per chain (lower is better), negated: higher is better
-        chains = nanogpt.loss_chains(samples, target=loss_target(task))
-        return [Chain(label, t, -best) for t, best in chains.values()]
+        # best crossing loss so far per chain (lower is better), negated: higher is better
+        return [Chain(label, t, -best) for t, best in loss_chains(task, samples).values()]
     per_row: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for s in samples:
         if s.status == "infra":  # the machine failed: no score, no script time (DESIGN 7)

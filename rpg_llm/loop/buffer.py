@@ -171,6 +171,7 @@ class SampleBuffer:
                 for s in samples:
                     values = astuple(s)[:-1]
                     cur.execute(sql, values)
+                    assert cur.lastrowid is not None  # an INSERT sets it
                     ids.append(int(cur.lastrowid))
                 cur.execute("COMMIT")
             except sqlite3.IntegrityError:

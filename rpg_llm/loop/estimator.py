@@ -96,7 +96,7 @@ def slot_vectors(slot_rewards, slot_times, dtype: torch.dtype | None = None):
     return niw.slot_vectors(torch, r.to(dtype), t.to(dtype))
 
 
-def forgetting_prior(state: NIWState, lam=LAM):
+def forgetting_prior(state: NIWState, lam: float | torch.Tensor = LAM):
     """``(mu0, kappa0, nu0, psi0)`` of the next refit (the first prior before any real refit,
     else ``(mu, lam kappa, max(lam nu, D + 2), lam psi)``): :func:`rpg_core.niw.forgetting_prior`
     on tensors. Raises ValueError if ``lam`` is outside ``(0, 1]`` or NaN.
@@ -113,7 +113,7 @@ def niw_posterior(mu0, kappa0, nu0, psi0, y: torch.Tensor, mask: torch.Tensor):
     return niw.niw_posterior(torch, mu0, kappa0, nu0, psi0, y, mask)
 
 
-def update(state: NIWState, slot_rewards, slot_times, lam=LAM) -> NIWState:
+def update(state: NIWState, slot_rewards, slot_times, lam: float | torch.Tensor = LAM) -> NIWState:
     """Refit the NIW posterior from the slot accumulators ``(S,)`` (seconds), with forgetting.
 
     :func:`rpg_core.niw.update` on :func:`slot_vectors`: fewer than 2 usable slots keep the
@@ -201,7 +201,7 @@ def predictive_draws(
     return loc + z * torch.sqrt(df / w)[..., None]
 
 
-def rate_quantile(draws: torch.Tensor, quantile=QUANTILE) -> torch.Tensor:
+def rate_quantile(draws: torch.Tensor, quantile: float | torch.Tensor = QUANTILE) -> torch.Tensor:
     """``rho_hat = max(0, quantile)`` over the batches of ``draws`` ``(M, S, 2)`` of the batch rate
     ``mean r / mean exp(log t)`` (:func:`rpg_core.niw.rate_quantile`, NumPy's linear
     interpolation); a 0-d tensor, >= 0. Raises ValueError on another shape, or a ``quantile``
@@ -246,7 +246,7 @@ def refit(
     generator: torch.Generator,
     num_batches: int = NUM_BATCHES,
     quantile: float | torch.Tensor = QUANTILE,
-    lam=LAM,
+    lam: float | torch.Tensor = LAM,
     sampler: Literal["fast", "torch"] = "fast",
 ) -> NIWState:
     """:func:`update` (``lam``) and then :func:`estimate` with ``num_slots = S`` (the slot arrays'
@@ -308,7 +308,7 @@ def refit_posterior_mean(
     slot_rewards,
     slot_times,
     generator: torch.Generator | None = None,
-    lam=LAM,
+    lam: float | torch.Tensor = LAM,
 ) -> NIWState:
     """:func:`update`, then ``rho_hat = posterior_mean_rate(state)``; ``generator`` is unused
     (every estimator's refit takes one). Raises ValueError as :func:`update` does."""

@@ -121,7 +121,7 @@ def execute_rollout(
             task=comp.id,
             parent_id=rollout.parent_ids[row],
             prompt=rollout.prompts[row],
-            code=codes[row] if row in by_row else text,
+            code=code if row in by_row and (code := codes[row]) is not None else text,
             outcome=by_row.get(row),
             time_measure=cfg.reward.time_measure,
             now=now,

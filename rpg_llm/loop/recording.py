@@ -245,3 +245,65 @@ class Recorder:
             self._tb.close()
         logging.getLogger("rpg_llm").removeHandler(self._handler)
         self._handler.close()
+
+
+class Console:
+    """What a run prints: one line per step (``StepRecord.line``) under a tqdm progress bar on
+    the main process (no bar with ``progress=False``: plain lines), and the budget stop line.
+
+    Args:
+        cfg: the run's :class:`rpg_llm.config.LoopConfig`; start_step: the first step to run;
+        main: whether this process prints; progress: whether to draw the bar.
+    """
+
+    def __init__(self, cfg: Any, start_step: int, main: bool, progress: bool) -> None:
+        self.cfg, self.main = cfg, main
+        self.bar: Any = None
+        if progress and main:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=cfg.steps,
+                initial=start_step - 1,
+                desc=f"{cfg.method} steps",
+                unit="step",
+                dynamic_ncols=True,
+            )
+
+    def say(self, line: str) -> None:
+        """Log ``line`` and print it (above the bar) on the main process."""
+        if not self.main:
+            return
+        log.info(line)
+        if self.bar is not None:
+            self.bar.write(line)
+        else:
+            print(line, flush=True)
+
+    def step_done(self, rec: StepRecord) -> None:
+        """The step's line, and the bar advanced with its rate, reward, time and validity."""
+        self.say(rec.line(self.cfg.steps, self.cfg.batch_size, self.cfg.method))
+        if self.bar is not None:
+            self.bar.set_postfix(
+                rho_hat=f"{rec.rho_hat:.3g}",
+                reward=f"{rec.mean_reward:.3g}",
+                delta=f"{rec.mean_delta:.1f}s",
+                valid=f"{rec.valid_fraction:.2f}",
+                refresh=False,
+            )
+            self.bar.update(1)
+
+    def budget_spent(self, step: int) -> None:
+        """Say that the execution budget was spent after ``step``; the bar ends full."""
+        if self.bar is not None:
+            self.bar.total = self.bar.n  # no step is missing
+            self.bar.refresh()
+        left = self.cfg.steps - step
+        self.say(
+            f"execution budget {self.cfg.exec_budget_s:g} s per chain spent after step {step}: "
+            f"stopping ({left} of the {self.cfg.steps} steps not needed)"
+        )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

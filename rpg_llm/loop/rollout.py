@@ -114,11 +114,12 @@ def make_prompts(
             prompt = base_prompt(description, timeout_s)
             return [prompt] * batch_size, [None] * batch_size, [None] * batch_size
         bases = editable_baselines(baselines or [])
-        codes: list[str | None] = [bases[i % len(bases)][1] for i in range(batch_size)]
+        base_codes = [bases[i % len(bases)][1] for i in range(batch_size)]
         prompts = [
-            edit_prompt(description, c, BASELINE_OUTCOME, timeout_s, budget, count) for c in codes
+            edit_prompt(description, c, BASELINE_OUTCOME, timeout_s, budget, count)
+            for c in base_codes
         ]
-        return prompts, [None] * batch_size, codes
+        return prompts, [None] * batch_size, list[str | None](base_codes)
     make = edit_prompt if action == "edit" else improve_prompt
     prompts = [
         make(description, p.code, _outcome_for_prompt(p), timeout_s, budget, count) for p in parents

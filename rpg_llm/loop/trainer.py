@@ -2,16 +2,19 @@
 
 :meth:`Trainer.step` is the paper's Algorithm 1 (DESIGN.md section 7), one stage per line:
 
-1. rollout (:mod:`.rollout`): the top-``B`` buffer entries by ``raw_reward - rho_hat * time``
+1. sample (:mod:`.rollout`): the top-``B`` buffer entries by ``raw_reward - rho_hat * time``
    (vanilla: raw reward) become improve prompts (the base prompt while the buffer is empty); one
    response per prompt;
-2. execution (:mod:`.execution`): the fenced code blocks run in parallel in the sandbox and are
-   graded; every sample is stored durably;
-3. accounting (:mod:`.accounting`): the estimator is refitted on the slot sums and gives this
-   step's ``rho_hat``; rewards are relative ``r - rho_hat * delta`` (RPG) or raw (vanilla), plus
-   the improvement bonus;
-4. update (:mod:`.update`): one PPO step;
-5. recording (:mod:`.recording`): metrics, TensorBoard, checkpoints.
+2. execute (:mod:`.execution`): the fenced code blocks run in parallel in the task's sandbox and
+   are graded (``Task.run_batch``);
+3. store: every sample goes to the buffer in one transaction;
+4. fit rho (:mod:`.accounting`): the estimator is refitted on the slot sums: this step's
+   ``rho_hat``;
+5. relative reward: ``r - rho_hat * delta`` (RPG) or raw (vanilla), plus the improvement bonus;
+6. PPO (:mod:`.update`): one update, then a checkpoint every ``checkpoint_every`` steps;
+7. record (:mod:`.recording`): metrics, TensorBoard, the step's line.
+
+The SFT warm start before step 1 is :mod:`.warm_start`.
 
 Durability and resume: the responses of a step are saved before execution, the step's samples
 are stored in one transaction, and the trainer is checkpointed every ``checkpoint_every`` steps.
@@ -39,17 +42,26 @@ import torch
 
 from rpg_llm.config import LoopConfig
 from rpg_llm.env.sandbox.workdir import remove_stale_workdirs
-from rpg_llm.loop.accounting import Accounts, RateTracker, TaskRewards, infra_mask, nanogpt_rewards
+from rpg_llm.loop.accounting import Accounts, RateTracker, infra_mask
 from rpg_llm.loop.backends import Backends, default_backends
 from rpg_llm.loop.budget import budget_spent
 from rpg_llm.loop.dist import Dist
-from rpg_llm.loop.execution import execute_rollout, execute_seeds, rollout_actions
-from rpg_llm.loop.recording import Recorder, StepRecord, step_record
+from rpg_llm.loop.execution import execute_rollout, rollout_actions
+from rpg_llm.loop.recording import Console, Recorder, StepRecord, step_record
+from rpg_llm.loop.rewards import StepRewards
 from rpg_llm.loop.rollout import Rollout, generate_rollout, make_prompts
 from rpg_llm.loop.runfolder import RunFolder
+from rpg_llm.loop.setup import (
+    create_folder,
+    load_learner,
+    open_buffer,
+    rebuild,
+    restore,
+    seed_buffer,
+)
 from rpg_llm.loop.update import ppo_update, trainable_rows
 
-__all__ = ["Trainer", "train", "SEED_STEP", "weights_digest", "answer_counts"]
+__all__ = ["Trainer", "train", "SEED_STEP", "answer_counts"]
 
 log = logging.getLogger("rpg_llm.loop")
 
@@ -77,338 +89,122 @@ class Trainer:
     ):
         from accelerate import Accelerator
 
-        self.cfg = cfg
+        self.cfg, self.progress = cfg, progress
         on_cpu = cfg.device == "cpu" or not torch.cuda.is_available()
-        self.dist = Dist(Accelerator(cpu=on_cpu))  # cpu=True: several processes on CPUs (gloo)
-        if cfg.batch_size % self.dist.world:
-            raise ValueError(
-                f"--batch-size {cfg.batch_size} must be a multiple of the {self.dist.world} "
-                "processes"
-            )
-        self.folder = RunFolder(run_dir)
-        self.backends = backends or default_backends(cfg)
-        self.progress = progress
+        self.dist = d = Dist(Accelerator(cpu=on_cpu))  # cpu: several processes on CPUs (gloo)
+        if cfg.batch_size % d.world:
+            msg = f"--batch-size {cfg.batch_size} must be a multiple of the {d.world} processes"
+            raise ValueError(msg)
+        self.folder, self.backends = RunFolder(run_dir), backends or default_backends(cfg)
         self.on_stage = on_stage or (lambda step, stage: None)
-        self.comp = self.backends.load_task(cfg.task, cfg.data_root)
+        self.comp = b = self.backends.load_task(cfg.task, cfg.data_root)
         if resume:
             self.folder.load_config()
             self.folder.check_resumable()  # before the model loads
         else:
-            self._create_folder()
-        self.recorder = Recorder(self.folder, self.dist.main, self.dist.rank)
+            create_folder(self.folder, cfg, self.comp.id, d)
+        self.recorder = Recorder(self.folder, d.main, d.rank)
         log.info("run %s: %s", self.folder.root, json.dumps(cfg.to_dict(), default=str))
-        self._load_policy(resume)
-        self.buffer = self._open_buffer()
+        seeds = lambda: self.backends.baseline_solutions(self.comp.id)  # noqa: E731
+        self.policy, self.ppo, self.sft_losses = load_learner(
+            cfg, d, self.folder, self.recorder, self.description, seeds, resume
+        )
+        self.buffer = open_buffer(self.backends.buffer_cls, self.folder, cfg, d)
         self.sandbox = self.backends.make_sandbox(cfg.sandbox)
         limits = getattr(self.sandbox, "limits", None)
-        if self.dist.main and limits is not None:
-            removed = remove_stale_workdirs(limits.workdir_root)
-            if removed:
-                log.info("removed %d working folders of ended processes", len(removed))
+        if d.main and limits is not None and remove_stale_workdirs(limits.workdir_root):
+            log.info("removed the working folders of ended processes")
         self.executor = self.backends.make_executor(cfg.executor, cfg.workers)
-        num_slots = cfg.num_slots or min(128, cfg.batch_size)
-        rates = RateTracker(self.backends.estimator, num_slots, cfg.seed, cfg.estimator_batches)
-        self.accounts = Accounts(rates, cfg.reward, _task_rewards(self.comp))
-        self.start_step = self._restore() if resume else 1
+        slots = cfg.num_slots or min(128, cfg.batch_size)
+        rates = RateTracker(self.backends.estimator, slots, cfg.seed, cfg.estimator_batches)
+        self.accounts = Accounts(rates, cfg.reward, b.own_rewards())
+        self.start_step = restore(self.folder, self.ppo, self.recorder, d) if resume else 1
 
-    # -- set-up ---------------------------------------------------------------------------------
-    def _create_folder(self) -> None:
-        cfg = self.cfg
-        seeded = "seeded" if cfg.seed_buffer else "unseeded"
-        record = cfg.to_dict() | {
-            "method": cfg.method,  # also at the top, for readers of the run folder
-            "competition": self.comp.id,
-            "seeded": cfg.seed_buffer,
-            "label": f"{cfg.method} ({seeded})",
-            "torch": torch.__version__,
-        }
-        if self.dist.main:
-            self.folder.create(record)
-        self.dist.barrier()
-
-    def _load_policy(self, resume: bool) -> None:
-        from rpg_llm.learner.policy import load_policy
-        from rpg_llm.learner.ppo import PPOTrainer, return_large_frees_to_os
-
-        if (self.cfg.device or str(self.dist.acc.device)).startswith("cpu"):
-            return_large_frees_to_os()  # peak RSS: freed tensors leave the process
-        t0 = time.perf_counter()
-        self.policy = load_policy(self.cfg.model, device=self.cfg.device or self.dist.acc.device)
-        if self.policy.device.type == "cpu" and self.cfg.cpu_threads:
-            torch.set_num_threads(self.cfg.cpu_threads)
-        log.info("policy %s loaded in %.1f s", self.policy.path, time.perf_counter() - t0)
-        self.sft_losses = self._warm_start(resume)  # before the trainer: reference = SFT weights
-        torch.manual_seed(self.cfg.seed)
-        # the trainer's log-probs are taken at the sampler's temperature (rpg_llm.learner.ppo)
-        self.ppo = PPOTrainer(
-            self.policy.model,
-            self.cfg.ppo,
-            accelerator=self.dist.acc,
-            temperature=self.cfg.sampling.temperature,
-        )
-
-    def prompt_description(self) -> str:
+    @property
+    def description(self) -> str:
         """The description the prompts show (``""`` with ``--no-description``)."""
         return self.comp.description if self.cfg.describe else ""
 
-    def _count_tokens(self, s: str) -> int:
-        return len(self.policy.tokenizer(s, add_special_tokens=False)["input_ids"])
-
-    def _warm_start(self, resume: bool) -> list[float]:
-        """SFT warm start (``cfg.sft_steps`` steps; :mod:`rpg_llm.learner.sft`) of the actor in
-        place.
-
-        Fresh run: the losses go to ``metrics.jsonl`` (lines with ``step`` 0 and ``sft_step``)
-        and TensorBoard (``sft/loss``); the fine-tuned weights are written once to
-        ``sft_weights.safetensors`` and ``sft.json`` records the losses with their SHA-256.
-        Resume: the stored weights are loaded instead of re-running the SFT (so the PPO
-        reference -- and with LoRA the frozen base -- is the fine-tuned model again) and their
-        SHA-256 checked against ``sft.json``. A run folder without the weights file (written
-        before they were kept) re-runs the seeded SFT (CPU-deterministic), checks it the same
-        way and then stores the weights.
-
-        Raises:
-            RuntimeError: on resume, the loaded or re-run SFT weights differ from the stored
-                hash.
-        """
-        cfg = self.cfg
-        if cfg.sft_steps == 0:
-            return []
-        t0 = time.perf_counter()
-        path = self.folder.root / "sft.json"
-        stored = json.loads(path.read_text()) if resume and path.exists() else None
-        weights = self.folder.sft_weights_path
-        if stored is not None and weights.exists():
-            from safetensors.torch import load_model
-
-            load_model(self.policy.model, str(weights), strict=True)
-            self._check_sft_digest(stored, path, "loaded")
-            log.info("SFT weights loaded from %s in %.1f s", weights, time.perf_counter() - t0)
-            return list(stored.get("losses", []))
-        losses, digest = self._run_sft(record=not resume)
-        if stored is not None:
-            self._check_sft_digest(stored, path, "re-run", digest)
-        if self.dist.main:
-            self._save_sft_weights()
-            if stored is None:
-                info = {"steps": cfg.sft_steps, "losses": losses, "weights_sha256": digest}
-                path.write_text(json.dumps(info, indent=1) + "\n")
-        self.dist.barrier()
-        log.info(
-            "SFT warm start: %d steps in %.1f s, loss %s",
-            cfg.sft_steps,
-            time.perf_counter() - t0,
-            " ".join(f"{x:.3f}" for x in losses),
-        )
-        return losses
-
-    def _run_sft(self, record: bool) -> tuple[list[float], str]:
-        """Build the SFT examples and fine-tune the actor in place; returns the losses and the
-        fine-tuned weights' :func:`weights_digest` (hashed once: ~0.5 GB for the 135M model).
-
-        The result is memoised by :mod:`rpg_llm.learner.sft_cache` (keyed by the starting weights,
-        the
-        pairs and every SFT setting; bit-identical on a CPU), so runs that share them -- the
-        arms and seeds of ``paper_figures.llm_table`` at one ``--sft-seed`` -- compute it once.
-        """
-        import gc
-
-        from rpg_llm.learner import sft_cache
-        from rpg_llm.learner.sft import build_sft_examples, sft_warm_start
-        from rpg_llm.loop.rollout import CHAT_TEMPLATE_ROOM
-
-        cfg = self.cfg
-        seed = cfg.seed if cfg.sft_seed is None else cfg.sft_seed
-        budget = cfg.sampling.max_prompt_tokens - CHAT_TEMPLATE_ROOM
-        examples = build_sft_examples(
-            self.prompt_description(),
-            self.backends.baseline_solutions(self.comp.id),
-            cfg.action,
-            cfg.timeout_s,
-            n=cfg.sft_examples,
-            seed=seed,
-            max_prompt_tokens=budget,
-            count_tokens=self._count_tokens,
-        )
-        settings = {
-            "steps": cfg.sft_steps,
-            "batch_size": cfg.sft_batch_size,
-            "lr": cfg.sft_lr,
-            "seed": seed,
-            "max_prompt_tokens": cfg.sampling.max_prompt_tokens,
-            "cpu_threads": cfg.cpu_threads,
-            "device": str(self.policy.device),
-        }
-        # exact memoisation needs a deterministic SFT: one process on a CPU
-        use_cache = self.policy.device.type == "cpu" and self.dist.world == 1
-        if use_cache:
-            sft_cache.max_entries()  # a bad RPG_SFT_CACHE_ENTRIES fails before the SFT runs
-        key = sft_cache.sft_key(weights_digest(self.policy.model), examples, settings)
-        cached = sft_cache.load_entry(key, self.policy.model, weights_digest) if use_cache else None
-        if cached is not None:
-            losses = [float(x) for x in cached["losses"]]
-            if record:
-                for k, loss in enumerate(losses, start=1):
-                    self.recorder.record_sft(k, loss)
-            log.info("SFT warm start: %d steps loaded from the SFT cache (%s)", len(losses), key)
-            return losses, str(cached["weights_sha256"])  # load_entry checked it
-        losses = sft_warm_start(
-            self.policy,
-            examples,
-            cfg.sft_steps,
-            batch_size=cfg.sft_batch_size,
-            lr=cfg.sft_lr,
-            seed=seed,
-            max_prompt_tokens=cfg.sampling.max_prompt_tokens,
-            cpu_threads=cfg.cpu_threads,
-            on_step=self.recorder.record_sft if record else None,
-        )
-        gc.collect()  # the SFT optimiser states and graphs go before PPO allocates its own
-        digest = weights_digest(self.policy.model)
-        if use_cache:
-            info = {"losses": losses, "weights_sha256": digest}
-            try:
-                sft_cache.store_entry(key, self.policy.model, {**info, "settings": settings})
-            except OSError as err:  # a full or read-only cache costs time, never the run
-                log.warning("SFT cache not written: %s", err)
-        return losses, digest
-
-    def _check_sft_digest(
-        self, stored: dict[str, Any], path: Path, how: str, digest: str | None = None
-    ) -> None:
-        """Raises RuntimeError when the actor's weights (``digest``, None: hash them now) are
-        not the ones ``stored`` (``sft.json``) records."""
-        digest = digest or weights_digest(self.policy.model)
-        if stored.get("weights_sha256") != digest:
-            raise RuntimeError(
-                f"the {how} SFT warm start gave other weights than {path} records "
-                f"(sha256 {digest[:12]}... != {str(stored.get('weights_sha256'))[:12]}...): "
-                "the PPO reference would differ from the run's"
-            )
-
-    def _save_sft_weights(self) -> None:
-        """Write the fine-tuned weights to the run folder atomically (safetensors)."""
-        from safetensors.torch import save_model
-
-        weights = self.folder.sft_weights_path
-        tmp = weights.with_name(weights.name + ".tmp")
-        save_model(self.policy.model, str(tmp))
-        os.replace(tmp, weights)
-
-    def _open_buffer(self) -> Any:
-        capacity = self.cfg.buffer_capacity_factor * self.cfg.batch_size
-        buffer = None
-        if self.dist.main:  # the main process makes the database; the others open it after
-            buffer = self.backends.buffer_cls(self.folder.buffer_path, capacity=capacity)
-        self.dist.barrier()
-        return buffer or self.backends.buffer_cls(self.folder.buffer_path, capacity=capacity)
-
-    def _restore(self) -> int:
-        """Load the last checkpoint; returns the first step to run (the estimator and best
-        score are rebuilt in :meth:`rebuild`)."""
-        last = self.folder.latest_checkpoint()
-        if last is not None:
-            self.ppo.load(self.folder.checkpoint_path(last))
-        done = last or 0
-        self.recorder.start_step = done + 1
-        if self.dist.main:
-            self.folder.truncate_metrics(done)
-        log.info("resuming after step %d (checkpoint %s)", done, last)
-        return done + 1
-
-    # -- the buffer ----------------------------------------------------------------------------
     def step_samples(self, step: int) -> list[Any]:
         """The stored samples of ``step`` of this run, in row order."""
         return self.buffer.step_samples(self.cfg.name, step)
 
     def rebuild(self) -> None:
-        """Replay the estimator, slot sums and best score over the seeds and the checkpointed
-        steps ``1 .. start_step - 1`` from the buffer (the same refits as the first time)."""
-        self.accounts.feed_seeds(SEED_STEP, self.step_samples(SEED_STEP))
-        for step in range(1, self.start_step):
-            samples = self.step_samples(step)
-            if len(samples) != self.cfg.batch_size:
-                raise RuntimeError(f"buffer holds {len(samples)} samples for checkpointed {step}")
-            self.accounts.account(step, samples)
+        """The estimator, slot sums and best score of the seeds and checkpointed steps."""
+        b = self.cfg.batch_size
+        rebuild(self.accounts, self.step_samples, SEED_STEP, self.start_step, b)
 
     def seed_buffer(self) -> int:
         """Execute, grade and store the task's baseline solutions as step 0 (once per run)."""
-        n = self._seed_buffer() if self.dist.main else 0
-        self.dist.barrier()
-        return n
+        env = (self.comp, self.backends, self.sandbox, self.executor)
+        return seed_buffer(self.cfg, *env, self.buffer, self.dist, SEED_STEP)
 
-    def _seed_buffer(self) -> int:
-        if not self.cfg.seed_buffer or self.step_samples(SEED_STEP):
-            return 0
-        solutions = self.backends.baseline_solutions(self.comp.id)
-        if not solutions:
-            log.warning("task %s has no baseline solutions: the run starts unseeded", self.comp.id)
-            return 0
-        samples = execute_seeds(
-            solutions, self.cfg, self.comp, self.backends, self.sandbox, self.executor, SEED_STEP
-        )
-        self.buffer.add_many(samples)
-        log.info("seeded the buffer with %d baseline solutions", len(samples))
-        return len(samples)
-
-    # -- stages ---------------------------------------------------------------------------------
     def prompts(self) -> tuple[list[str], list[int | None], list[str | None]]:
-        """This step's ``B`` prompts, parent ids and parent scripts (main process; see
-        :mod:`.rollout`)."""
-        rho = self.accounts.rho_hat if self.cfg.method == "rpg" else None
-        empty = not self.buffer.top(1, rho, run=self.cfg.name)
-        baselines = self.backends.baseline_solutions(self.comp.id) if empty else None
+        """This step's ``B`` prompts, parent ids and parent scripts (main process;
+        :func:`.rollout.make_prompts`)."""
+        c = self.cfg
+        rho = self.accounts.rho_hat if c.method == "rpg" else None
+        empty = not self.buffer.top(1, rho, run=c.name)
+        seeds = self.backends.baseline_solutions(self.comp.id) if empty else None
+        budget, tok = c.sampling.max_prompt_tokens, self.policy.tokenizer
         return make_prompts(
-            self.buffer,
-            self.cfg.name,
-            self.cfg.batch_size,
-            rho,
-            self.prompt_description(),
-            self.cfg.timeout_s,
-            self.cfg.sampling.max_prompt_tokens,
-            self.policy.tokenizer,
-            action=self.cfg.action,
-            baselines=baselines,
-        )
+            self.buffer, c.name, c.batch_size, rho, self.description, c.timeout_s, budget, tok,
+            action=c.action, baselines=seeds,
+        )  # fmt: skip
 
-    def rollout(self, step: int) -> tuple[Rollout, bool]:
-        """The step's rollout and whether it was replayed from the run folder."""
+    def sample(self, step: int) -> tuple[Rollout, bool]:
+        """The step's rollout (saved before it is executed) and whether it was replayed."""
         saved = self.dist.on_main(self.folder.load_rollout, step)
-        if saved is not None:
-            return Rollout.from_dict(saved), True
-        prompts, parent_ids, parent_codes = self.dist.on_main(self.prompts)
-        rollout = generate_rollout(
-            step,
-            prompts,
-            parent_ids,
-            self.policy,
-            self.ppo.policy,
-            self.cfg.sampling,
-            self.cfg.seed,
-            self.dist,
-            self.cfg.cpu_threads,
-            parent_codes,
-        )
-        if self.dist.main:
-            self.folder.save_rollout(step, rollout.to_dict())
-        return rollout, False
+        rollout = Rollout.from_dict(saved) if saved is not None else None
+        if rollout is None:
+            prompts, parent_ids, parent_codes = self.dist.on_main(self.prompts)
+            c = self.cfg
+            rollout = generate_rollout(
+                step, prompts, parent_ids, self.policy, self.ppo.policy, c.sampling, c.seed,
+                self.dist, c.cpu_threads, parent_codes,
+            )  # fmt: skip
+            if self.dist.main:
+                self.folder.save_rollout(step, rollout.to_dict())
+        self.on_stage(step, "generated")
+        return rollout, saved is not None
 
     def execute(self, step: int, rollout: Rollout) -> tuple[list[Any], float]:
-        """Execute, grade and store on the main process; every process gets the samples."""
-        return self.dist.on_main(self._execute_main, step, rollout)
-
-    def _execute_main(self, step: int, rollout: Rollout) -> tuple[list[Any], float]:
-        stored = self.step_samples(step)
-        if len(stored) == self.cfg.batch_size:
-            return stored, 0.0
+        """Run and grade the step's scripts on the main process: the new samples and seconds
+        (none when the buffer holds the whole step already)."""
+        stored = self.step_samples(step) if self.dist.main else []
+        if not self.dist.main or len(stored) == self.cfg.batch_size:
+            return [], 0.0
         if stored:
             raise RuntimeError(f"buffer holds a partial step {step} ({len(stored)} samples)")
-        samples, seconds = execute_rollout(
-            rollout, self.cfg, self.comp, self.backends, self.sandbox, self.executor
-        )
-        self.buffer.add_many(samples)
-        self.on_stage(step, "stored")
-        return self.step_samples(step), seconds
+        args = (self.cfg, self.comp, self.backends, self.sandbox, self.executor)
+        return execute_rollout(rollout, *args)
+
+    def store(self, step: int, fresh: list[Any], exec_s: float) -> tuple[list[Any], float]:
+        """Store ``fresh`` in one transaction (main); every process gets the step's samples."""
+
+        def on_main() -> tuple[list[Any], float]:
+            if fresh:
+                self.buffer.add_many(fresh)
+                self.on_stage(step, "stored")
+            return self.step_samples(step), exec_s
+
+        return self.dist.on_main(on_main)
+
+    def relative_rewards(self, samples: list[Any], rho: float, rollout: Rollout) -> StepRewards:
+        """The step's rewards at ``rho`` (:meth:`Accounts.relative_rewards`), in samples.csv."""
+        sr = self.accounts.relative_rewards(samples, rho)
+        self.recorder.write_samples(samples, sr.rewards, [len(r) for r in rollout.response_ids])
+        return sr
+
+    def update(self, step: int, rollout: Rollout, samples: list[Any], sr: StepRewards) -> Any:
+        """One PPO update on this process's rows (infra rows left out), then a checkpoint every
+        ``checkpoint_every`` steps and after the last one; returns ``(stats, seconds)``."""
+        d, pad = self.dist, self.policy.tokenizer.pad_token_id
+        rows = trainable_rows(self.cfg.batch_size, d.world, d.rank, infra_mask(samples))
+        stats, ppo_s = ppo_update(self.ppo, rollout, sr.rewards, rows, pad)
+        self.on_stage(step, "updated")
+        self.checkpoint(step)
+        return stats, ppo_s
 
     def checkpoint(self, step: int) -> None:
         """Checkpoint every ``checkpoint_every`` steps and after the last one: step ``steps``,
@@ -420,38 +216,29 @@ class Trainer:
 
     def budget_spent(self, step: int) -> bool:
         """Whether every chain has used ``cfg.exec_budget_s`` seconds of execution over steps
-        ``1 .. step`` (:func:`rpg_llm.loop.budget.budget_spent`; False without a budget). Decided on
-        the main process and shared, so every process stops at the same step (collective)."""
-        if self.cfg.exec_budget_s is None or step < 1:
+        ``1 .. step`` (:func:`.budget.budget_spent`; False without a budget), decided on the main
+        process so that every process stops at the same step (collective)."""
+        budget = self.cfg.exec_budget_s
+        if budget is None or step < 1:
             return False
-        return bool(self.dist.on_main(self._budget_spent_main, step))
+        totals = self.dist.on_main(self.buffer.exec_seconds_by_row, self.cfg.name, step)
+        return budget_spent(totals, self.cfg.batch_size, float(budget))
 
-    def _budget_spent_main(self, step: int) -> bool:
-        totals = self.buffer.exec_seconds_by_row(self.cfg.name, step)
-        return budget_spent(totals, self.cfg.batch_size, float(self.cfg.exec_budget_s))
-
-    # -- one step: Algorithm 1 -----------------------------------------------------------------
     def step(self, step: int) -> StepRecord:
         """Run training step ``step`` (each stage idempotent, see the module docstring)."""
-        t_start = time.perf_counter()
-        rho_parents = self.accounts.rho_hat
-        rollout, replayed = self.rollout(step)  # parents -> prompts -> responses
-        self.on_stage(step, "generated")
-        samples, exec_s = self.execute(step, rollout)  # scripts -> outcomes, stored
-        sr = self.accounts.account(step, samples)  # rho_hat of THIS step, rewards
-        self.recorder.write_samples(samples, sr.rewards, [len(r) for r in rollout.response_ids])
-        d = self.dist
-        rows = trainable_rows(self.cfg.batch_size, d.world, d.rank, infra_mask(samples))
-        pad = self.policy.tokenizer.pad_token_id
-        stats, ppo_s = ppo_update(self.ppo, rollout, sr.rewards, rows, pad)  # PPO
-        self.on_stage(step, "updated")
-        self.checkpoint(step)
+        t0, rho_parents = time.perf_counter(), self.accounts.rho_hat
+        rollout, replayed = self.sample(step)  # parents -> prompts -> responses
+        fresh, exec_s = self.execute(step, rollout)  # scripts -> graded outcomes
+        samples, exec_s = self.store(step, fresh, exec_s)  # durable; on every process
+        rho = self.accounts.fit_rho(step, samples)  # NIW refit on the slot sums
+        sr = self.relative_rewards(samples, rho, rollout)  # r - rho * delta (+ bonus)
+        stats, ppo_s = self.update(step, rollout, samples, sr)  # PPO, checkpoint
         best = self.accounts.best_generated
         rec = step_record(
             step, samples, sr, rho_parents, rollout, exec_s, ppo_s, stats, replayed, best
         )
         rec.answers = answer_counts(rollout_actions(rollout, self.cfg.action))
-        return self.recorder.record(rec, t_start)
+        return self.recorder.record(rec, t0)  # metrics.jsonl, TensorBoard
 
     def run(self) -> list[StepRecord]:
         """Seed (once), then steps ``start_step .. cfg.steps`` with a progress display; with
@@ -460,81 +247,23 @@ class Trainer:
         self.seed_buffer()
         self.rebuild()
         self.recorder.reset_samples(self.step_samples(SEED_STEP), self.start_step - 1)
-        bar = self._progress_bar()
-        records = []
+        console = Console(self.cfg, self.start_step, self.dist.main, self.progress)
+        records: list[StepRecord] = []
         for step in range(self.start_step, self.cfg.steps + 1):
             if self.budget_spent(step - 1):
-                if bar is not None:
-                    bar.total = bar.n  # the bar ends full: no step is missing
-                    bar.refresh()
-                if self.dist.main:
-                    self._say(self._budget_line(step - 1), bar)
+                console.budget_spent(step - 1)
                 break
-            rec = self.step(step)
-            records.append(rec)
-            if self.dist.main:
-                self._say(rec.line(self.cfg.steps, self.cfg.batch_size, self.cfg.method), bar)
-            if bar is not None:
-                bar.set_postfix(
-                    rho_hat=f"{rec.rho_hat:.3g}",
-                    reward=f"{rec.mean_reward:.3g}",
-                    delta=f"{rec.mean_delta:.1f}s",
-                    valid=f"{rec.valid_fraction:.2f}",
-                    refresh=False,
-                )
-                bar.update(1)
-        if bar is not None:
-            bar.close()
+            records.append(self.step(step))
+            console.step_done(records[-1])
+        console.close()
         return records
 
-    def _budget_line(self, step: int) -> str:
-        left = self.cfg.steps - step
-        return (
-            f"execution budget {self.cfg.exec_budget_s:g} s per chain spent after step {step}: "
-            f"stopping ({left} of the {self.cfg.steps} steps not needed)"
-        )
-
-    def _say(self, line: str, bar: Any) -> None:
-        log.info(line)
-        if bar is not None:
-            bar.write(line)
-        else:
-            print(line, flush=True)
-
-    def _progress_bar(self) -> Any:
-        if not (self.progress and self.dist.main):
-            return None
-        from tqdm.auto import tqdm
-
-        return tqdm(
-            total=self.cfg.steps,
-            initial=self.start_step - 1,
-            desc=f"{self.cfg.method} steps",
-            unit="step",
-            dynamic_ncols=True,
-        )
-
     def close(self) -> None:
-        shutdown = getattr(self.executor, "shutdown", None)
-        if shutdown is not None:
-            shutdown()
-        close = getattr(self.buffer, "close", None)
-        if close is not None:
-            close()
+        for resource in (self.executor, self.buffer):
+            close = getattr(resource, "shutdown", None) or getattr(resource, "close", None)
+            if close is not None:
+                close()
         self.recorder.close()
-
-
-def weights_digest(model: torch.nn.Module) -> str:
-    """SHA-256 (hex) of a model's parameters, in ``named_parameters`` order (names, shapes,
-    dtypes and bytes): equal digests mean bit-identical weights."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for name, p in model.named_parameters():
-        t = p.detach().to("cpu").contiguous()
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
 
 
 def answer_counts(actions: list[Any]) -> dict[str, int]:
@@ -547,15 +276,6 @@ def answer_counts(actions: list[Any]) -> dict[str, int]:
         "script": sum(a.kind == "script" for a in actions),
         "invalid": sum(a.kind == "invalid" for a in actions),
     }
-
-
-def _task_rewards(comp: Any) -> TaskRewards | None:
-    """The task's own rewards (a NanoGPT task: :func:`nanogpt_rewards` of its target), or None."""
-    from rpg_llm.env.tasks import nanogpt
-
-    if isinstance(comp, nanogpt.NanoGPTTask):
-        return nanogpt_rewards(comp.settings.target_loss)
-    return None
 
 
 def train(

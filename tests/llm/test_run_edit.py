@@ -24,7 +24,7 @@ from rpg_llm.loop import LoopConfig, Trainer, train
 from rpg_llm.loop.execution import execute_rollout
 from rpg_llm.loop.rewards import RewardConfig
 from rpg_llm.loop.rollout import CHAT_TEMPLATE_ROOM, Rollout
-from rpg_llm.loop.trainer import weights_digest
+from rpg_llm.loop.warm_start import weights_digest
 from testkit import REPO_ROOT
 from testkit.tiny_trainer import bbc_backends, tiny_edit_config
 

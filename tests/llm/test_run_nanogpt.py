@@ -19,12 +19,14 @@ import numpy as np
 import pytest
 import torch
 
+from rpg_llm.env import registry
 from rpg_llm.env.actions import editable_constants
 from rpg_llm.env.tasks import nanogpt
 from rpg_llm.env.tasks.nanogpt.speedrun import SHARD_MAGIC
+from rpg_llm.env.types import Task
 from rpg_llm.loop import backends as loop_backends
 from rpg_llm.loop import budget
-from rpg_llm.loop.accounting import Accounts, RateTracker, nanogpt_rewards
+from rpg_llm.loop.accounting import Accounts, RateTracker
 from rpg_llm.loop.rewards import RewardConfig
 from rpg_llm.presets import get_preset
 from rpg_llm.run import main as run_main
@@ -57,10 +59,10 @@ def test_nanogpt_cpu_preset_uses_the_tasks_timeout():
 def test_nanogpt_speedrun_preset_settings():
     p = get_preset("nanogpt-speedrun")
     cfg = p.config
-    assert cfg.task == loop_backends.SPEEDRUN_ID
+    assert cfg.task == registry.SPEEDRUN_ID
     assert cfg.timeout_s == nanogpt.SPEEDRUN.timeout_s == 1500.0
     assert cfg.batch_size == 64 and cfg.ppo.ppo_epochs == 2 and cfg.sandbox == "subprocess"
-    assert p.gpus == loop_backends.SPEEDRUN_GPUS == 8
+    assert p.gpus == registry.SPEEDRUN_GPUS == 8
 
 
 # -- the speedrun's set-up checks: exit 2 naming the flag, before any model, no folder --------
@@ -144,7 +146,7 @@ def test_speedrun_good_folders_then_the_gpus(tmp_path, capsys, monkeypatch, spee
     sdir, data = speedrun
     extra = ["--speedrun-dir", str(sdir), "--data-root", str(data)]
     err = _speedrun_error(capsys, tmp_path, extra, monkeypatch)
-    assert f"--task {loop_backends.SPEEDRUN_ID}" in err
+    assert f"--task {registry.SPEEDRUN_ID}" in err
     assert f"needs 8 CUDA GPU(s), found {torch.cuda.device_count()}" in err
 
 
@@ -163,24 +165,29 @@ def test_speedrun_seeds_are_the_checkouts_script(speedrun):
 # -- dispatch ------------------------------------------------------------------------------
 
 
-def test_run_batch_dispatches_on_the_task_type(monkeypatch, tmp_path):
-    calls = []
-    monkeypatch.setattr(nanogpt, "run_batch", lambda *a: calls.append("nanogpt") or ["n"])
+def test_each_task_runs_its_own_batch(monkeypatch, tmp_path):
     from rpg_llm.env import execute
+    from rpg_llm.env.tasks import Competition
+    from rpg_llm.env.tasks.nanogpt import env as nanogpt_env
 
+    calls = []
+    monkeypatch.setattr(nanogpt_env, "run_batch", lambda *a: calls.append("nanogpt") or ["n"])
     monkeypatch.setattr(execute, "run_batch", lambda *a: calls.append("execute") or ["e"])
     task = nanogpt.NanoGPTTask("nanogpt-cpu", "d", nanogpt.cpu_settings(), tmp_path, tmp_path)
-    assert loop_backends._run_batch(["x"], task, None, 1.0, None) == ["n"]
-    assert loop_backends._run_batch(["x"], SimpleNamespace(id="c"), None, 1.0, None) == ["e"]
+    comp = Competition("c", tmp_path, tmp_path, tmp_path, "d", False, "m:f", None)
+    assert isinstance(task, Task) and isinstance(comp, Task)
+    assert loop_backends.default_backends().run_batch(["x"], task, None, 1.0, None) == ["n"]
+    assert loop_backends.default_backends().run_batch(["x"], comp, None, 1.0, None) == ["e"]
     assert calls == ["nanogpt", "execute"]
+    assert comp.own_rewards() is None and task.own_rewards() is not None
 
 
 def test_speedrun_task_load_runs_the_setup_check(tmp_path, speedrun):
     sdir, _ = speedrun
     with pytest.raises(ValueError, match="FineWeb shards"):
-        loop_backends._load_task("nanogpt-speedrun", str(tmp_path), None, str(sdir))
+        registry.make_task("nanogpt-speedrun", str(tmp_path), None, str(sdir))
     with pytest.raises(ValueError, match="--speedrun-dir"):
-        loop_backends._load_task("nanogpt-speedrun", str(tmp_path), None, None)
+        registry.make_task("nanogpt-speedrun", str(tmp_path), None, None)
 
 
 # -- the task's own rewards in the accounting stage ------------------------------------------
@@ -222,7 +229,10 @@ def _nanogpt_samples() -> list[SimpleNamespace]:
 def test_nanogpt_rewards_in_the_accounting_stage(method):
     est = _RecordingEstimator()
     cfg = RewardConfig(method=method, timeout_s=300.0)
-    acc = Accounts(RateTracker(est, 4, 0, 10), cfg, nanogpt_rewards(TARGET))
+    task = nanogpt.NanoGPTTask(
+        "nanogpt-cpu", "d", nanogpt.cpu_settings(target_loss=TARGET), Path("."), Path(".")
+    )
+    acc = Accounts(RateTracker(est, 4, 0, 10), cfg, task.own_rewards())
     samples = _nanogpt_samples()
     sr = acc.account(1, samples)
     # the estimator's slots get max(0, 10 - L) (0 for invalid), not the task's raw reward
@@ -304,8 +314,8 @@ def test_budget_curves_of_a_nanogpt_run_folder(tmp_path):
     # 35 s: row 0 crossed at 35 s (ls - 0.01), row 1 at 30 s (ls - 0.02); 70 s: row 1 ls - 0.05
     assert float(rows[1]["mean_best"]) == pytest.approx(-((ls - 0.01) + (ls - 0.02)) / 2, abs=1e-5)
     assert float(rows[2]["mean_best"]) == pytest.approx(-((ls - 0.01) + (ls - 0.05)) / 2, abs=1e-5)
-    assert budget.loss_target("nanogpt-speedrun") == 3.28
-    assert budget.is_loss_task("nanogpt-speedrun") and not budget.is_loss_task("text")
+    assert registry.loss_target("nanogpt-speedrun") == 3.28
+    assert registry.is_loss_task("nanogpt-speedrun") and not registry.is_loss_task("text")
 
 
 # -- a 1-step run of the preset with the tiny policy (acceptance) -------------------------------

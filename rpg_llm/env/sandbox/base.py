@@ -15,7 +15,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 STATUSES = ("ok", "timeout", "oom", "error")
 """What a script's run may end as; a sandbox that itself fails raises ``SandboxError`` instead."""
@@ -147,7 +147,7 @@ class ExecResult:
 class Sandbox(Protocol):
     """One way to run a solution script in isolation (subprocess, bubblewrap, docker)."""
 
-    name: str
+    name: ClassVar[str]
 
     def run(
         self, code: str, input_dir: Path, timeout_s: float, *, hide: Sequence[Path] = ()

@@ -276,10 +276,12 @@ def run_limited(
             except (ProcessLookupError, PermissionError):
                 pass
 
+    assert proc.stdout is not None and proc.stderr is not None  # both are pipes
+    stdout, stderr = proc.stdout, proc.stderr
     sel = selectors.DefaultSelector()
-    for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
+    for stream, sink in ((stdout, out), (stderr, err)):
         os.set_blocking(stream.fileno(), False)
-        sel.register(stream, selectors.EVENT_READ, sink)
+        sel.register(stream.fileno(), selectors.EVENT_READ, sink)
     try:
         drain_until: float | None = None
         while sel.get_map():
@@ -306,7 +308,7 @@ def run_limited(
             wait = 0.05 if t_exit is None else 0.01
             for key, _ in sel.select(timeout=max(0.0, min(wait, deadline - now))):
                 try:
-                    data = os.read(key.fileobj.fileno(), 1 << 16)
+                    data = os.read(key.fd, 1 << 16)
                 except BlockingIOError:
                     continue
                 if not data:
@@ -327,8 +329,8 @@ def run_limited(
             t_exit = time.monotonic()
     finally:
         sel.close()
-        proc.stdout.close()
-        proc.stderr.close()
+        stdout.close()
+        stderr.close()
         if not _reap(proc, rusage, block=False):
             _killpg(proc.pid)
             _wait(proc, rusage, None)

@@ -60,7 +60,7 @@ def _list(data_root: Path, tree: Path | None) -> int:
         status = "not prepared"
         if is_prepared(comp_id, data_root):
             base = data_root / comp_id
-            if source == "mlebench":
+            if source == "mlebench" and tree is not None:
                 base = tree / TREE_COMPETITIONS / comp_id
             try:
                 board = read_board(base / "leaderboard.csv")

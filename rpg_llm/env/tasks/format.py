@@ -42,6 +42,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,22 @@ class Competition:
     source: str = "folder"
     grade_file: Path | None = None
     config_dir: Path | None = None
+
+    def run_batch(
+        self,
+        codes: Sequence[str],
+        sandbox: Any,
+        timeout_s: float,
+        executor: Any = None,
+    ) -> list[Any]:
+        """Run and grade ``codes`` in ``sandbox`` (:func:`rpg_llm.env.execute.run_batch`)."""
+        from rpg_llm.env.execute import run_batch
+
+        return run_batch(codes, self, sandbox, timeout_s, executor)
+
+    def own_rewards(self) -> None:
+        """A competition's raw reward is the grader's (score or leaderboard percentile)."""
+        return None
 
 
 def default_data_root() -> Path:
@@ -251,7 +268,8 @@ def read_board(path: Path) -> pd.DataFrame | None:
     board = pd.read_csv(path)
     if "score" not in board.columns:
         raise ValueError(f"leaderboard {path} has no 'score' column")
-    board = board[pd.to_numeric(board["score"], errors="coerce").notna()].reset_index(drop=True)
+    numeric = pd.Series(pd.to_numeric(board["score"], errors="coerce"))
+    board = pd.DataFrame(board.loc[numeric.notna().to_numpy()]).reset_index(drop=True)
     board["score"] = board["score"].astype(float)
     return board if len(board) else None
 
@@ -451,7 +469,7 @@ def load_competition(
     status, why = mlebench_status()
     if status == "complete":
         registry = mlebench_registry()
-        if comp_id in set(registry.list_competition_ids()):
+        if registry is not None and comp_id in set(registry.list_competition_ids()):
             return _from_mlebench(comp_id, data_root, registry)
     where = f"under data root {data_root} (no {comp_id}/config.yaml)"
     if tree is not None:

@@ -328,7 +328,9 @@ def load_grader(comp: Competition) -> Callable[[Any, Any], Any]:
     return fn
 
 
-_ROUND_TRIP = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
+_ROUND_TRIP: dict[str, Any] = (
+    {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
+)
 """MLE-Bench reads CSVs with round-trip float parsing; pandas >= 3 does so by default."""
 
 

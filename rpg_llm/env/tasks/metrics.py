@@ -77,10 +77,10 @@ def align(submission: pd.DataFrame, answers: pd.DataFrame) -> tuple[pd.DataFrame
         raise InvalidSubmissionError(
             f"wrong number of rows: {len(submission)} (expected {len(answers)})"
         )
-    sub_ids = _ids(submission[id_col])
-    ans_ids = _ids(answers[id_col])
+    sub_ids = _ids(pd.Series(submission[id_col]))
+    ans_ids = _ids(pd.Series(answers[id_col]))
     if sub_ids.duplicated().any():
-        dup = sub_ids[sub_ids.duplicated()].iloc[0]
+        dup = sub_ids.loc[sub_ids.duplicated()].iloc[0]
         raise InvalidSubmissionError(f"duplicate id {_plain(dup)!r} in column {id_col!r}")
     unknown = sorted(set(sub_ids) - set(ans_ids), key=str)
     if unknown:
@@ -98,11 +98,12 @@ def _numeric(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
     """Rule 4: float64 array of ``columns``, shape ``(n, len(columns))``, finite."""
     out = np.empty((len(frame), len(columns)), dtype=np.float64)
     for j, col in enumerate(columns):
-        values = pd.to_numeric(frame[col], errors="coerce")
-        bad = values.isna() & frame[col].notna()
+        raw = pd.Series(frame[col])
+        values = pd.Series(pd.to_numeric(raw, errors="coerce"))
+        bad = (values.isna() & raw.notna()).to_numpy()
         if bad.any():
             raise InvalidSubmissionError(
-                f"non-numeric value {frame[col][bad].iloc[0]!r} in column {col!r}"
+                f"non-numeric value {raw.loc[bad].iloc[0]!r} in column {col!r}"
             )
         arr = values.to_numpy(dtype=np.float64)
         if np.isnan(arr).any():
@@ -210,7 +211,7 @@ def grade_accuracy(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
         raise ValueError(f"answers must have an id and one target column, got {list(answers)}")
     sub, ans = align(submission, answers)
     col = answers.columns[1]
-    if sub[col].isna().any():
+    if pd.Series(sub[col]).isna().to_numpy().any():
         raise InvalidSubmissionError(f"NaN / empty value in column {col!r}")
     if pd.api.types.is_numeric_dtype(ans[col]):
         y_pred = _numeric(sub, [col])[:, 0]

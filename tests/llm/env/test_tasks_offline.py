@@ -16,6 +16,7 @@ from rpg_llm.env.tasks import (
     grade_submission,
     list_offline_competitions,
     load_competition,
+    load_grader,
     prepare,
     raw_reward,
     split_hash,
@@ -158,3 +159,17 @@ def test_run_ladder_grades_entries_and_reports_failures(tmp_path):
         run_ladder(comp, (("exit3", {}),), sols, 1, preload=())
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         run_ladder(comp, (("boom", {}),), sols, 1, preload=())
+
+
+def test_a_cached_folder_naming_the_grader_by_another_module_path_is_kept_and_fixed(tmp_path):
+    comp = prepare("digits-accuracy", tmp_path, leaderboard=False)
+    config = comp.root / "config.yaml"
+    text = config.read_text()
+    assert comp.grade_fn.startswith("rpg_llm.env.tasks.metrics:")
+    config.write_text(text.replace("rpg_llm.env.tasks.metrics:", "rpg_llm.tasks.metrics:"))
+    answers = comp.root / "prepared" / "private" / "test.csv"
+    built = answers.stat().st_mtime_ns
+    again = prepare("digits-accuracy", tmp_path, leaderboard=False)
+    assert again.grade_fn == comp.grade_fn  # the moved grader is named again
+    assert answers.stat().st_mtime_ns == built  # no rebuild: the data did not change
+    assert load_grader(again).__name__ == comp.grade_fn.split(":")[1]

@@ -9,7 +9,7 @@ import torch
 
 from rpg_llm.learner import sft_cache
 from rpg_llm.learner.sft import SFTExample
-from rpg_llm.loop.trainer import weights_digest
+from rpg_llm.loop.warm_start import weights_digest
 
 
 def _model(seed: int) -> torch.nn.Module:

@@ -22,7 +22,7 @@ from rpg_llm.learner.ppo import (
     logprobs_from_logits,
 )
 from rpg_llm.loop import Trainer
-from rpg_llm.loop.trainer import weights_digest
+from rpg_llm.loop.warm_start import weights_digest
 from testkit.tiny_trainer import bbc_backends, tiny_edit_config
 
 tiny_model_dir = fixtures_llm.tiny_model_dir

@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rpg_llm.env.execute import Outcome
 from rpg_llm.env.sandbox import make_sandbox
 from rpg_llm.env.sandbox.base import describe_exception
 from rpg_llm.env.sandbox.files import UnsafeFileError, copy_workdir_file, read_workdir_file
@@ -54,19 +55,18 @@ MAX_CHECKPOINT_BYTES = 4 * 2**30
 
 
 @dataclass(frozen=True)
-class NanoGPTOutcome:
-    """One graded attempt; the first six fields match ``rpg_llm.env.execute.Outcome``.
+class NanoGPTOutcome(Outcome):
+    """One graded attempt: an :class:`rpg_llm.env.execute.Outcome` with the speedrun's rewards.
+
+    The inherited fields: ``status`` is ``"ok"`` (valid, including a valid timeout) |
+    ``"invalid"`` | ``"timeout"`` | ``"oom"`` | ``"error"`` | ``"infra"`` (the set-up, not the
+    script, failed); ``delta`` the wall time charged to the sample, seconds (a timeout: the full
+    timeout); ``score`` the best val loss ``L`` (official when ``settings.official``), nats per
+    token, ``None`` when invalid; ``raw_reward`` the RPG arm's reward before
+    ``- rho_hat * delta`` (``rewards.rpg_reward``); ``outcome_text`` the text for the improve
+    prompt; ``cpu_s`` not measured here (``None``).
 
     Attributes:
-      status: ``"ok"`` (valid, including a valid timeout) | ``"invalid"`` | ``"timeout"`` |
-        ``"oom"`` | ``"error"`` | ``"infra"`` (the set-up, not the script, failed).
-      delta: wall time charged to the sample, seconds (a timeout: the full timeout).
-      score: the best val loss ``L`` (official when ``settings.official``), nats per token;
-        ``None`` when invalid.
-      raw_reward: RPG arm reward before ``- rho_hat * delta`` (``rewards.rpg_reward``).
-      valid: validity (``status == "ok"``).
-      outcome_text: text for the improve prompt (best val loss and wall time, or the error).
-      cpu_s: not measured here (``None``).
       rate_reward: what the reward-rate estimator is fed (``max(0, 10 - L)`` or 0).
       vanilla_reward: the vanilla arm's reward (``rewards.vanilla_reward``).
       charged_s: time charged in the RPG arm (invalid: the full timeout).
@@ -74,13 +74,6 @@ class NanoGPTOutcome:
       timed_out: the run hit the timeout.
     """
 
-    status: str
-    delta: float
-    score: float | None
-    raw_reward: float
-    valid: bool
-    outcome_text: str
-    cpu_s: float | None = None
     rate_reward: float = 0.0
     vanilla_reward: float = -3000.0
     charged_s: float = 0.0

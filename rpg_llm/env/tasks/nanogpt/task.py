@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rpg_llm.env.tasks.nanogpt.data import (
     GUARD_DIR,
@@ -13,6 +15,7 @@ from rpg_llm.env.tasks.nanogpt.data import (
     hash_files,
 )
 from rpg_llm.env.tasks.nanogpt.settings import NanoGPTSettings, cpu_settings
+from rpg_llm.env.types import TaskRewards
 
 __all__ = ["NanoGPTTask", "TASK_IDS", "load_task", "baseline_solutions", "describe"]
 
@@ -44,6 +47,26 @@ class NanoGPTTask:
     guard_hashes: dict[str, str] = field(default_factory=dict)
     guarded: tuple[str, ...] = PUBLIC_FILES
     env: tuple[tuple[str, str], ...] = ()
+
+    def run_batch(
+        self, codes: Sequence[str], sandbox: Any, timeout_s: float, executor: Any = None
+    ) -> list[Any]:
+        """Run ``codes`` as attempts (:func:`rpg_llm.env.tasks.nanogpt.env.run_batch`)."""
+        from rpg_llm.env.tasks.nanogpt.env import run_batch
+
+        return list(run_batch(codes, self, sandbox, timeout_s, executor))
+
+    def own_rewards(self) -> TaskRewards:
+        """The speedrun's rewards for this task's target val loss (paper section 5.2): the
+        estimator is fed ``rate_reward``; vanilla gets ``vanilla_reward`` (invalid: -3000); the
+        RPG arm's raw reward is the stored ``rpg_reward`` (its own +5 bonus included)."""
+        from rpg_llm.env.tasks.nanogpt.rewards import rate_reward, vanilla_reward
+
+        target = self.settings.target_loss
+        return TaskRewards(
+            rate=rate_reward,
+            vanilla=lambda score, ok, delta: vanilla_reward(score, ok, target, delta),
+        )
 
 
 def describe(settings: NanoGPTSettings) -> str:

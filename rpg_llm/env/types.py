@@ -40,8 +40,11 @@ class Task(Protocol):
         description: the task text the prompts show.
     """
 
-    id: str
-    description: str
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
 
     def run_batch(
         self,

@@ -465,6 +465,9 @@ def load_competition(
         if (tree / TREE_COMPETITIONS / comp_id / "config.yaml").is_file():
             return _from_tree(comp_id, tree, data_root)
     if (data_root / comp_id / "config.yaml").is_file():
+        from rpg_llm.env.tasks.offline import sync_grader
+
+        sync_grader(comp_id, data_root / comp_id)  # our offline competitions: their own grader
         return _from_folder(comp_id, data_root)
     status, why = mlebench_status()
     if status == "complete":

@@ -614,14 +614,41 @@ def _is_cached(spec: OfflineSpec, root: Path, seed: int, leaderboard: bool) -> b
             )
         )
     )
-    grader = config.get("grader") or {}
-    if cached and grader.get("grade_fn") != spec.grade_fn:
-        grader["grade_fn"] = spec.grade_fn
-        tmp = config_path.with_name(config_path.name + ".tmp")
-        with open(tmp, "w") as fh:
-            yaml.safe_dump({**config, "grader": grader}, fh, sort_keys=False)
-        os.replace(tmp, config_path)
+    if cached:
+        sync_grader(spec.id, root)
     return bool(cached)
+
+
+def sync_grader(comp_id: str, root: Path) -> bool:
+    """Point a prepared offline competition's ``config.yaml`` at its spec's grader.
+
+    The data and the board do not depend on where the grading code lives; a folder prepared when
+    the grader had another module path gets ``grader.grade_fn`` rewritten (atomically) instead of
+    a rebuild.  Folders of other competitions (not an offline spec, or not written by
+    :func:`prepare`) are left alone.
+
+    Returns:
+        True when the file was rewritten.
+    """
+    spec = SPECS.get(comp_id)
+    path = Path(root) / "config.yaml"
+    try:
+        with open(path) as fh:
+            config = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        return False
+    if spec is None or not isinstance(config, dict) or "rpg" not in config:
+        return False
+    grader = config.get("grader") or {}
+    if grader.get("grade_fn") == spec.grade_fn:
+        return False
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        yaml.safe_dump(
+            {**config, "grader": {**grader, "grade_fn": spec.grade_fn}}, fh, sort_keys=False
+        )
+    os.replace(tmp, path)
+    return True
 
 
 def prepare(

@@ -173,3 +173,6 @@ def test_a_cached_folder_naming_the_grader_by_another_module_path_is_kept_and_fi
     assert again.grade_fn == comp.grade_fn  # the moved grader is named again
     assert answers.stat().st_mtime_ns == built  # no rebuild: the data did not change
     assert load_grader(again).__name__ == comp.grade_fn.split(":")[1]
+    config.write_text(text.replace("rpg_llm.env.tasks.metrics:", "rpg_llm.tasks.metrics:"))
+    loaded = load_competition("digits-accuracy", tmp_path)  # without prepare: fixed too
+    assert loaded.grade_fn == comp.grade_fn and answers.stat().st_mtime_ns == built

@@ -46,7 +46,7 @@ from rpg_jax.config import setup_jax  # noqa: E402
 
 setup_jax()
 
-from rpg_core.cli import ArgumentParser, run_cli, usage_check  # noqa: E402
+from rpg_core.cli import ArgumentParser, UsageError, at_least, comma_list, run_cli  # noqa: E402
 from rpg_jax import estimator as E  # noqa: E402
 from rpg_jax.agents.npg import make_pg_agent, oracle_estimator  # noqa: E402
 from rpg_jax.agents.registry import make_agent  # noqa: E402
@@ -147,12 +147,19 @@ def _load() -> str:
     return "load avg " + "/".join(f"{v:.1f}" for v in os.getloadavg())
 
 
+def _agent(name: str) -> str:
+    if name not in ("npg-niw", "cucb-tuned"):
+        raise ValueError(f"unknown agent {name!r}")
+    return name
+
+
 def _main(argv: list[str] | None) -> int:
     ap = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="E1")
     ap.add_argument("--arms", type=int, default=10)
     ap.add_argument("--contexts", type=int, default=4)
-    ap.add_argument("--seeds", default="1000,4096", help="comma-separated seed counts")
+    seed_counts = comma_list(int, "integers")
+    ap.add_argument("--seeds", type=seed_counts, default="1000,4096", help="seed counts, e.g. 1,2")
     ap.add_argument("--steps", type=int, default=64, help="JAX decisions per seed (NPG-NIW)")
     ap.add_argument("--cucb-steps", type=int, default=256, help="JAX decisions per seed (C-UCB)")
     ap.add_argument("--numpy-steps", type=int, default=800, help="NumPy decisions (one seed)")
@@ -162,22 +169,18 @@ def _main(argv: list[str] | None) -> int:
         default=400,
         help="NumPy decisions before the timed ones (slots fill up: steady state)",
     )
-    ap.add_argument("--agents", default="npg-niw", help="subset of npg-niw,cucb-tuned")
+    agent_names = comma_list(_agent, "agent names")
+    ap.add_argument("--agents", type=agent_names, default="npg-niw", help="npg-niw,cucb-tuned")
     ap.add_argument("--draw-seeds", type=int, default=1000, help="seeds of the draw benchmark")
     ap.add_argument("--repeats", type=int, default=3, help="timed repeats of the draw benchmark")
     args = ap.parse_args(argv)
-    try:
-        seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        usage_check(False, f"--seeds must be comma-separated positive ints, got {args.seeds!r}")
-    usage_check(min(seeds) >= 1, f"--seeds must be positive, got {args.seeds!r}")
+    seeds = args.seeds
+    if min(seeds) < 1:
+        raise UsageError(f"--seeds must be positive, got {seeds}")
     for flag in ("steps", "cucb_steps", "numpy_steps", "draw_seeds", "repeats"):
-        value = getattr(args, flag)
-        usage_check(value >= 1, f"--{flag.replace('_', '-')} must be >= 1, got {value}")
-    usage_check(args.numpy_warmup >= 0, f"--numpy-warmup must be >= 0, got {args.numpy_warmup}")
-    agents = args.agents.split(",")
-    for name in agents:
-        usage_check(name in ("npg-niw", "cucb-tuned"), f"--agents: unknown agent {name!r}")
+        at_least(f"--{flag.replace('_', '-')}", getattr(args, flag), 1)
+    at_least("--numpy-warmup", args.numpy_warmup, 0)
+    agents = args.agents
     hypers = json.loads(HYPER_FILE.read_text())["agents"]
     devices = jax.local_devices()
     print(

@@ -18,16 +18,19 @@ depend on the batch; the estimator's default keys are threefry.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
 import numpy as np
 
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
+
+PROG = "python benchmarks/estimator_sampler.py"
+
 
 def _parse(argv):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--slots", type=int, default=128)
@@ -39,13 +42,16 @@ def _parse(argv):
     args = ap.parse_args(argv)
     bad_chunk = args.chunk is not None and args.chunk < 1
     if min(args.seeds) < 1 or args.repeats < 1 or args.slots < 2 or args.batches < 1 or bad_chunk:
-        ap.exit(
-            2, "estimator_sampler: --seeds, --repeats, --batches, --chunk >= 1 and --slots >= 2\n"
-        )
+        raise UsageError("--seeds, --repeats, --batches, --chunk must be >= 1 and --slots >= 2")
     return args
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    """Print the table (``rpg_core.cli`` convention: exit 2 on a usage error)."""
+    return run_cli(PROG, _main, argv)
+
+
+def _main(argv) -> int:
     args = _parse(argv)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
@@ -95,7 +101,8 @@ def main(argv=None) -> None:
             ratio = f"{ms / fast:8.2f}" if fast else f"{'-':>8}"
             print(f"{b:>6} {sampler:>8} {impl:>13} {ms:14.2f} {ratio}")
         sys.stdout.flush()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -20,6 +20,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -27,6 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli  # noqa: E402
 from rpg_llm.learner.policy import Policy, generate, load_policy  # noqa: E402
 from rpg_llm.learner.ppo import PPOBatch, PPOConfig, PPOTrainer  # noqa: E402
 from testkit.tiny_model import build_tiny_model  # noqa: E402
@@ -75,8 +77,16 @@ def _policy(args: argparse.Namespace, device: torch.device, tmp: Path) -> Policy
     return Policy(model.eval(), tiny_tok, device, "random", Path("random"))
 
 
+PROG = "python benchmarks/gpu_ppo_step.py"
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """Time one step and print its row (``rpg_core.cli`` convention: exit 2 on a usage error)."""
+    return run_cli(PROG, _main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="tiny random model (runs on a CPU)")
     p.add_argument(
         "--config", default=None, help="folder with a config.json to take the shape from"
@@ -88,15 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None)
     p.add_argument("--no-record", action="store_true")
     args = p.parse_args(argv)
-    if args.batch < 1 or args.response_len < 1 or args.prompt_len < 1:
-        print("error: --batch, --prompt-len and --response-len must be >= 1", file=sys.stderr)
-        return 2
+    for flag in ("batch", "prompt_len", "response_len", "micro_batch"):
+        at_least(f"--{flag.replace('_', '-')}", getattr(args, flag), 1)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type != "cuda" and not args.tiny:
-        print(
-            "error: no CUDA GPU here; run with --tiny to check the script on a CPU", file=sys.stderr
-        )
-        return 2
+        raise UsageError("no CUDA GPU here; run with --tiny to check the script on a CPU")
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         policy = _policy(args, device, Path(tmp))

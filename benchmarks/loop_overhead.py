@@ -12,11 +12,13 @@ bound of what a real model sees. Steps replayed after a resume are left out.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -61,19 +63,27 @@ def _fresh_run(folder: Path) -> Path:
     return run
 
 
+PROG = "python benchmarks/loop_overhead.py"
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """Print the overhead table (``rpg_core.cli`` convention: exit 2 on a usage error)."""
+    return run_cli(PROG, _main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     p.add_argument("run_dirs", nargs="*")
     args = p.parse_args(argv)
+    for d in args.run_dirs:
+        if not (Path(d) / "metrics.jsonl").exists():
+            raise UsageError(f"{d} has no metrics.jsonl (not a run folder)")
     with tempfile.TemporaryDirectory() as tmp:
         runs = [Path(d) for d in args.run_dirs] or [_fresh_run(Path(tmp))]
         print("| run | steps | step s | generation s | execution s | PPO s | other s | overhead |")
         print("|---|---|---|---|---|---|---|---|")
         for run in runs:
             path = run / "metrics.jsonl"
-            if not path.exists():
-                print(f"error: {run} has no metrics.jsonl", file=sys.stderr)
-                return 2
             metrics = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
             o = overhead(metrics)
             name = run.name if args.run_dirs else "tiny model, fresh run"

@@ -16,15 +16,16 @@ Usage: ``python benchmarks/sandbox_overhead.py [--repeats 15] [--batch 4] [--wor
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
+from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli
 from rpg_llm.env.sandbox import BwrapSandbox, LocalExecutor, make_sandbox
 from rpg_llm.env.sandbox.bwrap_backend import bwrap_path
 from rpg_llm.env.sandbox.docker_backend import docker_client
@@ -62,13 +63,25 @@ def _cpu_job(code: str, kind: str, data: str) -> str:
     return res.status
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+PROG = "python benchmarks/sandbox_overhead.py"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the measurements (``rpg_core.cli`` convention: exit 2 on a usage error)."""
+    return run_cli(PROG, _main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    ap = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--batch", type=int, default=4, help="CPU-bound scripts per batch")
     ap.add_argument("--work", type=float, default=0.5, help="CPU seconds per script")
     ap.add_argument("--speedup-repeats", type=int, default=3)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    for flag in ("repeats", "batch", "speedup_repeats"):
+        at_least(f"--{flag.replace('_', '-')}", getattr(args, flag), 1)
+    if not args.work > 0:
+        raise UsageError(f"--work must be > 0 CPU seconds, got {args.work}")
 
     kinds = ["subprocess"] + (["bwrap"] if bwrap_path() else [])
     try:
@@ -128,7 +141,8 @@ def main() -> None:
             f"speed-up {speedup:.2f}x (target >= 1.8) {verdict}"
         )
         print(f"per-repeat speed-ups: {', '.join(f'{r:.2f}' for r in ratios)}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -83,7 +83,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_core.cli import ArgumentParser, UsageError, comma_list, run_cli
 
 __all__ = [
     "PROG",
@@ -725,14 +725,11 @@ def _budget_text(s: TableSettings) -> str:
 # ----------------------------------------------------------------------------------------- CLI
 
 
-def _int_list(flag: str, text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise UsageError(f"{flag} {text!r}: give comma-separated integers, e.g. 0,1,2") from None
-    if any(v < 0 for v in vals):
-        raise UsageError(f"{flag} {text!r}: seeds must be >= 0")
-    return vals
+def _seed(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("seeds must be >= 0")
+    return value
 
 
 def _exec_budget(text: str | None, default: float | None) -> float | None:
@@ -755,7 +752,7 @@ def _settings_from_args(args) -> TableSettings:
     s = replace(
         base,
         tasks=tuple(t for t in args.tasks.split(",") if t) if args.tasks else base.tasks,
-        seeds=_int_list("--seeds", args.seeds) if args.seeds is not None else base.seeds,
+        seeds=tuple(args.seeds) if args.seeds is not None else base.seeds,
         steps=base.steps if args.steps is None else args.steps,
         batch_size=base.batch_size if args.batch_size is None else args.batch_size,
         max_new_tokens=base.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens,
@@ -789,7 +786,8 @@ def _parser() -> ArgumentParser:
     p.add_argument("--quick", action="store_true", help="1 task x 2 seeds (<= 20 min)")
     p.add_argument("--out", default="out/llm_table", help="output folder (runs under OUT/runs)")
     p.add_argument("--tasks", default=None, help="comma-separated offline competition ids")
-    p.add_argument("--seeds", default=None, help="comma-separated run seeds (table: 0,1,2)")
+    seeds = comma_list(_seed, "run seeds (integers >= 0)")
+    p.add_argument("--seeds", type=seeds, default=None, help="run seeds (table: 0,1,2)")
     p.add_argument(
         "--steps", type=int, default=None, help="PPO steps per run (the cap with a budget)"
     )

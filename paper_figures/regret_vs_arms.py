@@ -31,7 +31,6 @@ Source: paper section "Bandit validation"; environments and protocol from DESIGN
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -51,7 +50,7 @@ from paper_figures._protocol import (
     load_json,
     resolve_hyper,
 )
-from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_core.cli import ArgumentParser, UsageError, comma_list, run_cli
 
 PROG = "python -m paper_figures.regret_vs_arms"
 HYPER_FILE = Path(__file__).with_name("hyper_small.json")
@@ -89,25 +88,16 @@ CSV_FIELDS = (
 )
 
 
-def _ints(flag: str):
-    def parse(text: str) -> list[int]:
-        try:
-            values = [int(v) for v in text.split(",")]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not comma-separated integers: {text!r}") from None
-        if len(set(values)) != len(values):
-            raise argparse.ArgumentTypeError(f"repeats a value: {text!r}")
-        return values
-
-    return parse
-
-
 def _parser() -> ArgumentParser:
     ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--setting", choices=sorted(SETTINGS), default="small")
     ap.add_argument("--envs", default=",".join(ENVS), help="comma-separated env names")
-    ap.add_argument("--arms", type=_ints("--arms"), default=None, help="K values (setting's)")
-    ap.add_argument("--contexts", type=_ints("--contexts"), default=None, help="|X| values (>= 4)")
+    ap.add_argument(
+        "--arms", type=comma_list(int, "integers"), default=None, help="K values (setting's)"
+    )
+    ap.add_argument(
+        "--contexts", type=comma_list(int, "integers"), default=None, help="|X| values (>= 4)"
+    )
     ap.add_argument("--steps", type=int, default=N_STEPS, help="decisions per trial")
     ap.add_argument("--seeds", type=int, default=len(EVAL_SEEDS), help="evaluation trials")
     ap.add_argument("--seed-start", type=int, default=EVAL_SEEDS.start, help="first trial")
@@ -197,7 +187,7 @@ def check_args(args) -> dict:
             QUICK["steps"],
             QUICK["seeds"],
         )
-        args.arms = _ints("--arms")(QUICK["arms"])
+        args.arms = comma_list(int, "integers")(QUICK["arms"])
     envs = [check_env(e, "--envs") for e in args.envs.split(",")]
     if len(set(envs)) != len(envs):
         raise UsageError(f"--envs repeats a value: {args.envs!r}")

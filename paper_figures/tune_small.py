@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from paper_figures._protocol import EVAL_SEEDS, TUNE_SEEDS, Cell, check_env
-from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_core.cli import ArgumentParser, UsageError, comma_list, run_cli
 
 PROG = "python -m paper_figures.tune_small"
 GRIDS = {
@@ -30,18 +30,6 @@ GRIDS = {
     "cucb-tuned": {"c1": [1e-2, 1e-1, 1.0, 10.0, 1e2], "c2": [1e-4, 1e-3, 1e-2, 1e-1, 1.0]},
 }
 HYPER_NAMES = ("lr", "age_bound", "c1", "c2")
-
-
-def _floats(text: str) -> list[float]:
-    import argparse
-
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not comma-separated numbers: {text!r}") from None
-    if len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"repeats a value: {text!r}")
-    return values
 
 
 def _parser() -> ArgumentParser:
@@ -56,7 +44,7 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--out", default=str(Path(__file__).with_name("hyper_small.json")))
     for name in HYPER_NAMES:
         flag = f"--{name.replace('_', '-')}-grid"
-        ap.add_argument(flag, type=_floats, default=None, metavar="V1,V2,...")
+        ap.add_argument(flag, type=comma_list(float, "numbers"), default=None, metavar="V1,V2,...")
     return ap
 
 

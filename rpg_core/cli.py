@@ -14,7 +14,9 @@ Usage::
         return run_cli("python -m pkg.mod", _main, argv)
 
 where ``_main(argv)`` builds an :class:`ArgumentParser`, raises :class:`UsageError` for values that
-parse but are not allowed, and returns the exit status.
+parse but are not allowed (the one validation idiom: ``if not ok: raise UsageError(...)``), and
+returns the exit status.  Shared argument types: :func:`comma_list` (``type=comma_list(int)`` for
+``--seeds 0,1,2``), :func:`at_least` for a lower bound, :func:`out_folder` for an output folder.
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from pathlib import Path
+from typing import NoReturn, TypeVar
 
-__all__ = ["ArgumentParser", "UsageError", "run_cli", "usage_check"]
+__all__ = ["ArgumentParser", "UsageError", "at_least", "comma_list", "out_folder", "run_cli"]
+
+T = TypeVar("T")
 
 
 class UsageError(ValueError):
@@ -42,10 +47,60 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def usage_check(ok: bool, message: str) -> None:
-    """Raise :class:`UsageError` with ``message`` unless ``ok``."""
-    if not ok:
-        raise UsageError(message)
+def comma_list(
+    item: Callable[[str], T], what: str = "values", *, distinct: bool = True
+) -> Callable[[str], list[T]]:
+    """An argument type for comma-separated values: ``type=comma_list(int)`` reads ``"0,1,2"``
+    as ``[0, 1, 2]``.
+
+    Args:
+        item: converts one value (``int``, ``float``, a checker that raises ValueError).
+        what: the values' name in the message (``"integers"``, ``"numbers"``).
+        distinct: refuse a list that repeats a value.
+
+    Returns:
+        A function ``str -> list`` that raises ``argparse.ArgumentTypeError`` (argparse turns it
+        into a :class:`UsageError` naming the flag) on an empty item, a value ``item`` refuses,
+        or a repeat.
+    """
+
+    def parse(text: str) -> list[T]:
+        parts = [p.strip() for p in str(text).split(",")]
+        if any(not p for p in parts):
+            raise argparse.ArgumentTypeError(f"give comma-separated {what}, got {text!r}")
+        try:
+            values = [item(p) for p in parts]
+        except ValueError as exc:
+            why = f" ({exc})" if str(exc) and item not in (int, float) else ""
+            raise argparse.ArgumentTypeError(f"not comma-separated {what}: {text!r}{why}") from None
+        if distinct and len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"repeats a value: {text!r}")
+        return values
+
+    return parse
+
+
+def at_least(flag: str, value: float, low: float) -> None:
+    """Raise :class:`UsageError` ``"<flag> must be >= <low>, got <value>"`` when ``value < low``."""
+    if value < low:
+        raise UsageError(f"{flag} must be >= {low:g}, got {value}")
+
+
+def out_folder(flag: str, value: str, holds: str | None = None) -> Path:
+    """An output folder: a non-empty path that is a folder or does not exist yet, and (with
+    ``holds``) that does not hold that file of another run (e.g. ``"config.json"``).
+
+    Raises:
+        UsageError: naming the flag and the value.
+    """
+    if not str(value).strip():
+        raise UsageError(f"{flag} {value!r}: an empty value; give a folder")
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {value}: exists and is not a folder")
+    if holds is not None and (path / holds).exists():
+        raise UsageError(f"{flag} {value} already holds a run ({holds})")
+    return path
 
 
 def _one_line(text: object) -> str:

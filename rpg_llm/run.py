@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_core.cli import ArgumentParser, UsageError, out_folder, run_cli
 
 __all__ = ["main", "build_config", "PROG"]
 
@@ -159,19 +159,6 @@ def _check_device(device: str | None) -> None:
         raise UsageError(f"--device {device!r}: only cpu and cuda are supported")
 
 
-def _check_folder(flag: str, value: str) -> None:
-    """``value`` of ``flag`` must be a non-empty path that is a folder or does not exist yet.
-
-    Raises:
-        UsageError: naming the flag and the value.
-    """
-    if not value.strip():
-        raise UsageError(f"{flag} {value!r}: an empty value; give a folder")
-    path = Path(value).expanduser()
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{flag} {value}: exists and is not a folder")
-
-
 def _check_inputs(cfg: Any, preset_name: str) -> None:
     """Fail early (before a run folder is made or a model loaded) on a missing model, task,
     grader, seed folder or preset resource.
@@ -188,7 +175,7 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
 
     _check_device(cfg.device)
     if cfg.data_root is not None:
-        _check_folder("--data-root", cfg.data_root)
+        out_folder("--data-root", cfg.data_root)
     if cfg.task == SPEEDRUN_ID:
         _check_speedrun(cfg)
     preset = get_preset(preset_name)
@@ -284,7 +271,7 @@ def _main(argv: Sequence[str] | None) -> int:
         cfg, run_dir, resume = _resume_config(args), Path(args.resume), True
     else:
         if args.out is not None:
-            _check_folder("--out", args.out)
+            out_folder("--out", args.out)
         cfg, preset_name = build_config(args)
         if world > 1 and not args.out:
             raise UsageError(f"with {world} processes, name the run folder with --out")

@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from rpg_core.cli import ArgumentParser, UsageError, run_cli, usage_check
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
 from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, mlebench_dir_arg
 from rpg_llm.env.tasks.format import load_competition
 from rpg_llm.env.tasks.grading import grade_submission, raw_reward
@@ -37,10 +37,10 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--data-root", type=Path, default=None)
     add_mlebench_dir_flag(parser)
     args = parser.parse_args(argv)
-    usage_check(args.submission.exists(), f"submission file not found: {args.submission}")
-    usage_check(
-        args.submission.is_file(), f"submission {args.submission} is a folder, not a CSV file"
-    )
+    if not (args.submission.exists()):
+        raise UsageError(f"submission file not found: {args.submission}")
+    if not (args.submission.is_file()):
+        raise UsageError(f"submission {args.submission} is a folder, not a CSV file")
     tree = mlebench_dir_arg(args.mlebench_dir)
     try:
         comp = load_competition(args.competition, args.data_root, tree)

@@ -508,7 +508,7 @@ def _main(argv: Sequence[str] | None) -> int:
     import tempfile
     from pathlib import Path
 
-    from rpg_core.cli import ArgumentParser, UsageError, usage_check
+    from rpg_core.cli import ArgumentParser, UsageError
     from rpg_llm.env import tasks
     from rpg_llm.learner.policy import DEFAULT_MODEL, load_policy, resolve_model
 
@@ -544,12 +544,11 @@ def _main(argv: Sequence[str] | None) -> int:
         ("--threads", args.threads, 1 <= args.threads <= 4096),
         ("--seed", args.seed, args.seed >= 0),
     ]:
-        usage_check(ok, f"{flag}: invalid value {value!r}")
+        if not (ok):
+            raise UsageError(f"{flag}: invalid value {value!r}")
     comp_id = tasks.resolve_id(args.task)
-    usage_check(
-        comp_id in tasks.list_offline_competitions(),
-        f"--task: unknown offline competition {args.task!r}",
-    )
+    if comp_id not in tasks.list_offline_competitions():
+        raise UsageError(f"--task: unknown offline competition {args.task!r}")
     try:
         resolve_model(args.model)
     except ValueError as err:

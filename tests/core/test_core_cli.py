@@ -8,14 +8,15 @@ import textwrap
 
 import pytest
 
-from rpg_core.cli import ArgumentParser, UsageError, run_cli, usage_check
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
 
 
 def _parse(argv):
     p = ArgumentParser(prog="prog")
     p.add_argument("--steps", type=int, required=True)
     args = p.parse_args(argv)
-    usage_check(args.steps >= 1, f"--steps must be >= 1, got {args.steps}")
+    if not (args.steps >= 1):
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
     return 0
 
 
@@ -81,3 +82,41 @@ def test_closed_pipe_ends_quietly_with_status_0():
     err = proc.stderr.read().decode()
     assert proc.wait() == 0
     assert err == ""
+
+
+def test_the_shared_argument_types_name_the_flag_and_the_value(tmp_path, capsys):
+    from rpg_core.cli import at_least, comma_list, out_folder
+
+    def main(argv):
+        p = ArgumentParser(prog="prog")
+        p.add_argument("--seeds", type=comma_list(int, "integers"), default="0,1")
+        p.add_argument("--grid", type=comma_list(float, "numbers"), default=None)
+        args = p.parse_args(argv)
+        at_least("--seeds", min(args.seeds), 0)
+        print(args.seeds, args.grid)
+        return 0
+
+    assert run_cli("prog", main, []) == 0 and "[0, 1] None" in capsys.readouterr().out
+    assert run_cli("prog", main, ["--grid", "0.1, 1e-2"]) == 0
+    assert capsys.readouterr().out.strip() == "[0, 1] [0.1, 0.01]"
+    for argv, message in (
+        (["--seeds", "0,x"], "argument --seeds: not comma-separated integers: '0,x'"),
+        (["--seeds", "0,,1"], "argument --seeds: give comma-separated integers, got '0,,1'"),
+        (["--seeds", "2,2"], "argument --seeds: repeats a value: '2,2'"),
+        (["--seeds=-1,2"], "--seeds must be >= 0, got -1"),
+    ):
+        assert run_cli("prog", main, argv) == 2
+        assert capsys.readouterr().err.strip() == f"prog: error: {message}"
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    assert out_folder("--out", str(tmp_path / "new")) == tmp_path / "new"
+    for value, message in (
+        ("", "--out '': an empty value; give a folder"),
+        (str(tmp_path / "file"), f"--out {tmp_path / 'file'}: exists and is not a folder"),
+    ):
+        with pytest.raises(UsageError) as err:
+            out_folder("--out", value)
+        assert str(err.value) == message
+    with pytest.raises(UsageError, match=r"already holds a run \(config.json\)"):
+        out_folder("--out", str(tmp_path / "run"), holds="config.json")

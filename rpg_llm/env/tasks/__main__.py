@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rpg_core.cli import ArgumentParser, UsageError, run_cli, usage_check
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
 from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, mlebench_dir_arg
 from rpg_llm.env.tasks.format import (
     TREE_COMPETITIONS,
@@ -88,10 +88,10 @@ def _prepare(args: Any, data_root: Path, tree: Path | None) -> int:
                 )
             raise UsageError(f"unknown competition {args.name!r}; offline ones: {', '.join(known)}")
         names = [comp_id]
-    usage_check(
-        args.workers is None or args.workers >= 1, f"--workers must be >= 1, got {args.workers}"
-    )
-    usage_check(args.seed >= 0, f"--seed must be >= 0, got {args.seed}")
+    if not (args.workers is None or args.workers >= 1):
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if not (args.seed >= 0):
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
     total = time.perf_counter()
     for name in names:
         start = time.perf_counter()

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from rpg_core.cli import ArgumentParser, run_cli, usage_check
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
 from rpg_llm.env.sandbox import KINDS
 from rpg_llm.env.tasks.nanogpt.env import run_attempt
 from rpg_llm.env.tasks.nanogpt.settings import TARGET_FILE, cpu_settings
@@ -72,8 +72,10 @@ def _main(argv: Sequence[str] | None) -> int:
     p.add_argument("--data-root", type=Path, default=None)
     p.add_argument("--out", type=Path, default=TARGET_FILE)
     a = p.parse_args(argv)
-    usage_check(a.seeds >= 1, f"--seeds must be >= 1, got {a.seeds}")
-    usage_check(a.out.parent.is_dir(), f"--out folder {str(a.out.parent)!r} does not exist")
+    if not (a.seeds >= 1):
+        raise UsageError(f"--seeds must be >= 1, got {a.seeds}")
+    if not (a.out.parent.is_dir()):
+        raise UsageError(f"--out folder {str(a.out.parent)!r} does not exist")
     args = " ".join(sys.argv[1:] if argv is None else argv)
     record = calibrate(a.seeds, a.sandbox, a.data_root, f"{PROG} {args}".strip())
     a.out.write_text(json.dumps(record, indent=2) + "\n")

@@ -12,12 +12,11 @@ Each panel shows ``rho_k / rho_star`` against ``k`` for the four perturbation ru
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from paper_figures._common import out_dir, plt, save_figure, write_csv
-from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_core.cli import ArgumentParser, at_least, out_folder, run_cli
 from rpg_jax.dinkelbach import RULES, approximate_dinkelbach, band_constants, tight_instance
 
 NAME = "dinkelbach_band"
@@ -106,12 +105,10 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--steps", type=int, default=30, help="iterations per trajectory")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random instance/rule")
     args = parser.parse_args(argv)
-    if args.steps < 1:
-        raise UsageError(f"--steps must be >= 1, got {args.steps}")
-    if args.seed < 0:
-        raise UsageError(f"--seed must be >= 0, got {args.seed}")
-    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
-        raise UsageError(f"--out {args.out} exists and is not a folder")
+    at_least("--steps", args.steps, 1)
+    at_least("--seed", args.seed, 0)
+    if args.out is not None:
+        out_folder("--out", args.out)
     rows = compute(args.steps, args.seed)
     folder = out_dir(args.out, NAME)
     write_csv(folder / f"{NAME}.csv", rows, list(rows[0].keys()))

@@ -13,12 +13,11 @@ compared with the theoretical exponent ``-(1 - chi)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from paper_figures._common import out_dir, plt, save_figure, write_csv
-from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_core.cli import ArgumentParser, at_least, out_folder, run_cli
 from rpg_jax.npg_theory import npg_exact, settle_index
 from rpg_jax.rates import rho_star_dinkelbach
 
@@ -91,12 +90,10 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--steps", type=int, default=50_000, help="NPG steps per chi")
     parser.add_argument("--seed", type=int, default=0, help="seed of the instance")
     args = parser.parse_args(argv)
-    if args.steps < 200:
-        raise UsageError(f"--steps must be >= 200, got {args.steps}")
-    if args.seed < 0:
-        raise UsageError(f"--seed must be >= 0, got {args.seed}")
-    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
-        raise UsageError(f"--out {args.out} exists and is not a folder")
+    at_least("--steps", args.steps, 200)
+    at_least("--seed", args.seed, 0)
+    if args.out is not None:
+        out_folder("--out", args.out)
     curves, slopes = compute(args.steps, args.seed)
     folder = out_dir(args.out, NAME)
     write_csv(folder / f"{NAME}.csv", curves, ["chi", "k", "rho_bar", "abs_err"])

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import torch
 
 from rpg_llm.env.types import TaskRewards
+from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.rewards import RewardConfig, StepRewards, charged_time, step_rewards
+from rpg_llm.loop.types import RateEstimator
 
 __all__ = [
     "RateTracker",
@@ -33,7 +34,7 @@ __all__ = [
 INFRA = "infra"
 
 
-def infra_mask(samples: list[Any]) -> np.ndarray:
+def infra_mask(samples: list[Sample]) -> np.ndarray:
     """``[B]`` bool: True where a sample's status is ``infra``."""
     return np.array([s.status == INFRA for s in samples], dtype=bool)
 
@@ -45,7 +46,7 @@ class RateTracker:
     so replaying the same samples gives the same ``rho_hat``.
     """
 
-    def __init__(self, estimator: Any, num_slots: int, seed: int, num_batches: int):
+    def __init__(self, estimator: RateEstimator, num_slots: int, seed: int, num_batches: int):
         self.est = estimator
         self.num_slots = num_slots
         self.seed = seed
@@ -98,7 +99,9 @@ class Accounts:
     def rho_hat(self) -> float:
         return self.rates.rho_hat
 
-    def _arrays(self, samples: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _arrays(
+        self, samples: list[Sample]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``[B]`` arrays: reward of the arm (before rho_hat), what the slots get, valid, delta."""
         raw = np.array([s.raw_reward for s in samples], dtype=np.float64)
         valid = np.array([s.status == "ok" for s in samples], dtype=bool)
@@ -120,13 +123,13 @@ class Accounts:
                 )
         return raw, rate, valid, delta
 
-    def _feed(self, step: int, samples: list[Any], rate, valid, delta) -> float:
+    def _feed(self, step: int, samples: list[Sample], rate, valid, delta) -> float:
         keep = ~infra_mask(samples)
         times = charged_time(valid, delta, self.cfg)
         rows = [s.row for s, k in zip(samples, keep, strict=True) if k]
         return self.rates.refit(step, rows, rate[keep], times[keep])
 
-    def feed_seeds(self, step: int, seeds: list[Any]) -> None:
+    def feed_seeds(self, step: int, seeds: list[Sample]) -> None:
         """The seed solutions are historical samples: they set the best score and feed the
         slots (seed ``i`` into slot ``i % S``), so ``rho_hat`` before step 1 comes from them
         (paper, section 5: the estimator is fitted from the samples in the buffer)."""
@@ -137,17 +140,17 @@ class Accounts:
         if valid.any():
             self.best = max(self.best, float(raw[valid].max()))
 
-    def fit_rho(self, step: int, samples: list[Any]) -> float:
+    def fit_rho(self, step: int, samples: list[Sample]) -> float:
         """Feed this step's samples into the slots and refit ``rho_hat`` on the slot sums
         (Algorithm 1, line 9); returns it (1/s)."""
         _, rate, valid, delta = self._arrays(samples)
         return self._feed(step, samples, rate, valid, delta)
 
-    def account(self, step: int, samples: list[Any]) -> StepRewards:
+    def account(self, step: int, samples: list[Sample]) -> StepRewards:
         """:meth:`fit_rho`, then :meth:`relative_rewards` at that ``rho_hat``."""
         return self.relative_rewards(samples, self.fit_rho(step, samples))
 
-    def relative_rewards(self, samples: list[Any], rho: float) -> StepRewards:
+    def relative_rewards(self, samples: list[Sample], rho: float) -> StepRewards:
         """This step's rewards (Algorithm 1, line 10): ``r - rho * delta`` in the RPG arm, the
         raw reward in the vanilla arm, plus the improvement bonus on a new best."""
         raw, _, valid, delta = self._arrays(samples)

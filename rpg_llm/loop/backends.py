@@ -6,10 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
+from rpg_llm.config import LoopConfig
 from rpg_llm.env import registry
+from rpg_llm.env.execute import Outcome
+from rpg_llm.env.sandbox import BatchExecutor, Sandbox
 from rpg_llm.env.types import Task
+from rpg_llm.loop.buffer import Sample
+from rpg_llm.loop.types import Buffer, RateEstimator
 
 __all__ = ["Backends", "default_backends", "seed_solutions"]
 
@@ -29,24 +33,28 @@ class Backends:
         estimator: module with ``init_state`` and ``refit`` (rpg_llm.loop.estimator's contract).
     """
 
-    load_task: Callable[..., Any]
+    load_task: Callable[..., Task]
     baseline_solutions: Callable[[str], list[tuple[str, str]]]
-    make_sandbox: Callable[[str], Any]
-    make_executor: Callable[[str, int], Any]
-    run_batch: Callable[..., list[Any]]
-    buffer_cls: Any
-    sample_cls: Any
-    estimator: Any
+    make_sandbox: Callable[[str], Sandbox]
+    make_executor: Callable[[str, int], BatchExecutor]
+    run_batch: Callable[..., list[Outcome]]
+    buffer_cls: Callable[..., Buffer]
+    sample_cls: type[Sample]
+    estimator: RateEstimator
 
 
 def _run_batch(
-    codes: list[str], task: Task, sandbox: Any, timeout_s: float, executor: Any = None
-) -> list[Any]:
+    codes: list[str],
+    task: Task,
+    sandbox: Sandbox,
+    timeout_s: float,
+    executor: BatchExecutor | None = None,
+) -> list[Outcome]:
     """The task's own ``run_batch`` (:class:`rpg_llm.env.types.Task`)."""
     return list(task.run_batch(codes, sandbox, timeout_s, executor))
 
 
-def seed_solutions(cfg: Any) -> Callable[[str], list[tuple[str, str]]]:
+def seed_solutions(cfg: LoopConfig | None) -> Callable[[str], list[tuple[str, str]]]:
     """``comp_id -> [(name, code)]`` of step 0 for ``cfg``: the scripts of ``cfg.seed_dir`` when
     set; for the speedrun the checkout's own ``train_gpt.py``; else the task's baselines
     (``registry.baseline_solutions``: ``[]`` for a competition without baselines).
@@ -66,7 +74,7 @@ def seed_solutions(cfg: Any) -> Callable[[str], list[tuple[str, str]]]:
     return registry.baseline_solutions
 
 
-def _make_executor(kind: str, workers: int) -> Any:
+def _make_executor(kind: str, workers: int) -> BatchExecutor:
     from rpg_llm.env.sandbox import LocalExecutor, RayExecutor
 
     if kind == "ray":
@@ -74,7 +82,7 @@ def _make_executor(kind: str, workers: int) -> Any:
     return LocalExecutor(max_workers=workers, kind="thread")
 
 
-def default_backends(cfg: Any = None) -> Backends:
+def default_backends(cfg: LoopConfig | None = None) -> Backends:
     """The real environment: the task registry, sandbox, executor, buffer and estimator.
 
     With ``cfg`` (a :class:`rpg_llm.config.LoopConfig`) the task loader gets its

@@ -12,11 +12,19 @@ transaction. :func:`make_sample` is the one place a buffer sample is built.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
+from rpg_llm.config import LoopConfig
 from rpg_llm.env.actions import NO_BLOCK_TEXT, Action, parse_action
+from rpg_llm.env.execute import Outcome
+from rpg_llm.env.sandbox import BatchExecutor, Sandbox
+from rpg_llm.env.types import Task
+from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.rewards import INVALID_REWARD
 from rpg_llm.loop.rollout import Rollout, prompt_hash
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rpg_llm.loop.backends import Backends
 
 __all__ = [
     "NO_CODE_TEXT",
@@ -31,7 +39,7 @@ NO_CODE_TEXT = NO_BLOCK_TEXT
 _KEPT_STATUSES = ("timeout", "oom", "error", "infra")
 
 
-def sample_status(outcome: Any) -> str:
+def sample_status(outcome: Outcome) -> str:
     """The buffer status of an outcome: ``ok`` when valid, its own failure status when it is
     one of timeout / oom / error / infra, else ``invalid``."""
     if outcome.valid:
@@ -39,7 +47,7 @@ def sample_status(outcome: Any) -> str:
     return outcome.status if outcome.status in _KEPT_STATUSES else "invalid"
 
 
-def outcome_time(outcome: Any, time_measure: str) -> float:
+def outcome_time(outcome: Outcome, time_measure: str) -> float:
     """``delta`` of an outcome, seconds: its wall time, or its CPU time for ``"cpu"``.
 
     Raises:
@@ -54,7 +62,7 @@ def outcome_time(outcome: Any, time_measure: str) -> float:
 
 
 def make_sample(
-    sample_cls: Any,
+    sample_cls: type[Sample],
     *,
     run: str,
     step: int,
@@ -63,11 +71,11 @@ def make_sample(
     parent_id: int | None,
     prompt: str,
     code: str,
-    outcome: Any | None,
+    outcome: Outcome | None,
     time_measure: str,
     now: float,
     invalid_text: str = NO_CODE_TEXT,
-) -> Any:
+) -> Sample:
     """One buffer sample; ``outcome=None``: a response without a script (invalid, time 0),
     whose outcome text is ``invalid_text`` (the action's reason)."""
     if outcome is None:
@@ -94,8 +102,13 @@ def make_sample(
 
 
 def execute_rollout(
-    rollout: Rollout, cfg: Any, comp: Any, backends: Any, sandbox: Any, executor: Any
-) -> tuple[list[Any], float]:
+    rollout: Rollout,
+    cfg: LoopConfig,
+    comp: Task,
+    backends: Backends,
+    sandbox: Sandbox,
+    executor: BatchExecutor | None,
+) -> tuple[list[Sample], float]:
     """Run and grade a rollout's scripts; returns (unsaved samples in row order, seconds).
 
     Args:
@@ -149,13 +162,13 @@ def rollout_actions(rollout: Rollout, action: str) -> list[Action]:
 
 def execute_seeds(
     solutions: list[tuple[str, str]],
-    cfg: Any,
-    comp: Any,
-    backends: Any,
-    sandbox: Any,
-    executor: Any,
+    cfg: LoopConfig,
+    comp: Task,
+    backends: Backends,
+    sandbox: Sandbox,
+    executor: BatchExecutor | None,
     step: int,
-) -> list[Any]:
+) -> list[Sample]:
     """Run and grade the task's baseline solutions; unsaved samples of step ``step``."""
     codes = [code for _, code in solutions]
     outcomes = backends.run_batch(codes, comp, sandbox, cfg.timeout_s, executor)

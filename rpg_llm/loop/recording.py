@@ -12,11 +12,16 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rpg_llm.loop.buffer import Sample
+from rpg_llm.loop.rewards import StepRewards
 from rpg_llm.loop.runfolder import RunFolder
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rpg_llm.loop.rollout import Rollout
 
 __all__ = ["StepRecord", "step_record", "sample_rows", "Recorder", "json_metrics"]
 
@@ -101,10 +106,10 @@ class StepRecord:
 
 def step_record(
     step: int,
-    samples: list[Any],
-    sr: Any,
+    samples: list[Sample],
+    sr: StepRewards,
     rho_parents: float,
-    rollout: Any,
+    rollout: Rollout,
     exec_s: float,
     ppo_s: float,
     ppo_stats: dict[str, float],
@@ -138,7 +143,7 @@ def step_record(
 
 
 def sample_rows(
-    samples: list[Any],
+    samples: list[Sample],
     folder: RunFolder,
     rewards: np.ndarray | None = None,
     tokens: list[int] | None = None,
@@ -215,7 +220,7 @@ class Recorder:
         log.info("SFT step %d: loss %.4f", sft_step, loss)
 
     def write_samples(
-        self, samples: list[Any], rewards: np.ndarray | None, tokens: list[int] | None
+        self, samples: list[Sample], rewards: np.ndarray | None, tokens: list[int] | None
     ) -> None:
         """Main process: every sample's script under ``scripts/`` and its ``samples.csv`` row."""
         if not self.main:
@@ -224,7 +229,7 @@ class Recorder:
             self.folder.write_script(s.step, s.row, s.code)
         self.folder.append_samples_csv(sample_rows(samples, self.folder, rewards, tokens))
 
-    def reset_samples(self, seeds: list[Any], done: int) -> None:
+    def reset_samples(self, seeds: list[Sample], done: int) -> None:
         """Main process, before the first step run: seeds, then the rows of steps ``1..done``."""
         if not self.main:
             return

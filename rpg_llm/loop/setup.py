@@ -14,11 +14,16 @@ from typing import Any
 import torch
 
 from rpg_llm.config import LoopConfig
+from rpg_llm.env.sandbox import BatchExecutor, Sandbox
+from rpg_llm.env.types import Task
 from rpg_llm.loop.accounting import Accounts
+from rpg_llm.loop.backends import Backends
+from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.dist import Dist
 from rpg_llm.loop.execution import execute_seeds
 from rpg_llm.loop.recording import Recorder
 from rpg_llm.loop.runfolder import RunFolder
+from rpg_llm.loop.types import Buffer
 from rpg_llm.loop.warm_start import WarmStart
 
 __all__ = ["create_folder", "load_learner", "open_buffer", "rebuild", "restore", "seed_buffer"]
@@ -78,7 +83,9 @@ def load_learner(
     return policy, ppo, losses
 
 
-def open_buffer(buffer_cls: Any, folder: RunFolder, cfg: LoopConfig, dist: Dist) -> Any:
+def open_buffer(
+    buffer_cls: Callable[..., Buffer], folder: RunFolder, cfg: LoopConfig, dist: Dist
+) -> Buffer:
     """The run's sample buffer (capacity ``buffer_capacity_factor * B``); the main process makes
     the database, the others open it after."""
     capacity = cfg.buffer_capacity_factor * cfg.batch_size
@@ -102,7 +109,7 @@ def restore(folder: RunFolder, ppo: Any, recorder: Recorder, dist: Dist) -> int:
 
 def rebuild(
     accounts: Accounts,
-    step_samples: Callable[[int], list[Any]],
+    step_samples: Callable[[int], list[Sample]],
     seed_step: int,
     start_step: int,
     batch_size: int,
@@ -123,11 +130,11 @@ def rebuild(
 
 def seed_buffer(
     cfg: LoopConfig,
-    task: Any,
-    backends: Any,
-    sandbox: Any,
-    executor: Any,
-    buffer: Any,
+    task: Task,
+    backends: Backends,
+    sandbox: Sandbox,
+    executor: BatchExecutor | None,
+    buffer: Buffer,
     dist: Dist,
     seed_step: int,
 ) -> int:

@@ -41,10 +41,12 @@ from typing import Any
 import torch
 
 from rpg_llm.config import LoopConfig
+from rpg_llm.env.actions import Action
 from rpg_llm.env.sandbox.workdir import remove_stale_workdirs
 from rpg_llm.loop.accounting import Accounts, RateTracker, infra_mask
 from rpg_llm.loop.backends import Backends, default_backends
 from rpg_llm.loop.budget import budget_spent
+from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.dist import Dist
 from rpg_llm.loop.execution import execute_rollout, rollout_actions
 from rpg_llm.loop.recording import Console, Recorder, StepRecord, step_record
@@ -125,7 +127,7 @@ class Trainer:
         """The description the prompts show (``""`` with ``--no-description``)."""
         return self.comp.description if self.cfg.describe else ""
 
-    def step_samples(self, step: int) -> list[Any]:
+    def step_samples(self, step: int) -> list[Sample]:
         """The stored samples of ``step`` of this run, in row order."""
         return self.buffer.step_samples(self.cfg.name, step)
 
@@ -168,7 +170,7 @@ class Trainer:
         self.on_stage(step, "generated")
         return rollout, saved is not None
 
-    def execute(self, step: int, rollout: Rollout) -> tuple[list[Any], float]:
+    def execute(self, step: int, rollout: Rollout) -> tuple[list[Sample], float]:
         """Run and grade the step's scripts on the main process: the new samples and seconds
         (none when the buffer holds the whole step already)."""
         stored = self.step_samples(step) if self.dist.main else []
@@ -179,10 +181,10 @@ class Trainer:
         args = (self.cfg, self.comp, self.backends, self.sandbox, self.executor)
         return execute_rollout(rollout, *args)
 
-    def store(self, step: int, fresh: list[Any], exec_s: float) -> tuple[list[Any], float]:
+    def store(self, step: int, fresh: list[Sample], exec_s: float) -> tuple[list[Sample], float]:
         """Store ``fresh`` in one transaction (main); every process gets the step's samples."""
 
-        def on_main() -> tuple[list[Any], float]:
+        def on_main() -> tuple[list[Sample], float]:
             if fresh:
                 self.buffer.add_many(fresh)
                 self.on_stage(step, "stored")
@@ -190,13 +192,13 @@ class Trainer:
 
         return self.dist.on_main(on_main)
 
-    def relative_rewards(self, samples: list[Any], rho: float, rollout: Rollout) -> StepRewards:
+    def relative_rewards(self, samples: list[Sample], rho: float, rollout: Rollout) -> StepRewards:
         """The step's rewards at ``rho`` (:meth:`Accounts.relative_rewards`), in samples.csv."""
         sr = self.accounts.relative_rewards(samples, rho)
         self.recorder.write_samples(samples, sr.rewards, [len(r) for r in rollout.response_ids])
         return sr
 
-    def update(self, step: int, rollout: Rollout, samples: list[Any], sr: StepRewards) -> Any:
+    def update(self, step: int, rollout: Rollout, samples: list[Sample], sr: StepRewards) -> Any:
         """One PPO update on this process's rows (infra rows left out), then a checkpoint every
         ``checkpoint_every`` steps and after the last one; returns ``(stats, seconds)``."""
         d, pad = self.dist, self.policy.tokenizer.pad_token_id
@@ -266,7 +268,7 @@ class Trainer:
         self.recorder.close()
 
 
-def answer_counts(actions: list[Any]) -> dict[str, int]:
+def answer_counts(actions: list[Action]) -> dict[str, int]:
     """Counts of a step's answers by what they became (:class:`rpg_llm.env.actions.Action`):
     ``edit`` (edits applied), ``changed`` (edits that change at least one value), ``script``
     (whole scripts), ``invalid`` (no block, or an edit that cannot be applied)."""

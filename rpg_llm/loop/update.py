@@ -9,11 +9,11 @@ process has none, no process updates this step.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 
-from rpg_llm.learner.ppo import PPOBatch
+from rpg_llm.learner.ppo import PPOBatch, PPOTrainer
+from rpg_llm.loop.rollout import Rollout
 
 __all__ = ["trainable_rows", "ppo_update"]
 
@@ -34,7 +34,7 @@ def trainable_rows(batch_size: int, world: int, rank: int, infra: np.ndarray) ->
 
 
 def ppo_update(
-    ppo: Any, rollout: Any, rewards: np.ndarray, rows: list[int], pad_id: int
+    ppo: PPOTrainer, rollout: Rollout, rewards: np.ndarray, rows: list[int], pad_id: int
 ) -> tuple[dict[str, float], float]:
     """One PPO step on ``rows`` of ``rollout`` with scalar ``rewards`` ``[B]``; returns (the
     trainer's statistics, seconds). No rows: no update, ``({}, 0.0)``."""

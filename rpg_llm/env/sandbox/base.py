@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,18 +186,29 @@ def allocated_bytes(path: Path, skip: Path | None = None) -> int:
 
 
 def remove_tree(path: Path) -> None:
-    """Remove a folder even where the sandbox made parts of it read-only."""
+    """Remove a folder even where the sandbox made parts of it read-only or nested it deeper
+    than Python's recursion limit; links inside are removed, never followed (not even to
+    change a mode).  Falls back to ``rm -rf`` when ``shutil.rmtree`` cannot finish."""
 
     def _onerror(func, p, _exc):  # noqa: ANN001 - shutil callback signature
         try:
-            Path(p).parent.chmod(0o700)
-            Path(p).chmod(0o700)
+            os.chmod(Path(p).parent, 0o700, follow_symlinks=False)
+            if not Path(p).is_symlink():
+                os.chmod(p, 0o700, follow_symlinks=False)
             func(p)
-        except OSError:
+        except (OSError, NotImplementedError):
             pass
 
-    if Path(path).exists():
+    path = Path(path)
+    if not (path.exists() or path.is_symlink()):
+        return
+    try:
         shutil.rmtree(path, onerror=_onerror)
+    except RecursionError:
+        pass
+    if path.exists() or path.is_symlink():
+        subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], check=False)
+        subprocess.run(["rm", "-rf", "--", str(path)], check=False)
 
 
 def validate_run_args(code: str, input_dir: Path, timeout_s: float) -> Path:

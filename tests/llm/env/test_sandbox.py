@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import signal
 import sys
 import time
@@ -517,3 +518,28 @@ def test_docker_backend_caps_output_while_it_streams(tmp_path):
         assert res.status == "ok" and res.stdout == "hello world\n" and not ok.killed.is_set()
     finally:
         res.cleanup()
+
+
+def test_remove_tree_copes_with_a_tree_deeper_than_the_recursion_limit(tmp_path):
+    from rpg_llm.env.sandbox.base import remove_tree
+    from rpg_llm.env.sandbox.workdir import remove_stale_workdirs
+
+    dead = tmp_path / "run-999999999-deep"
+    fd = os.open(tmp_path, os.O_RDONLY)
+    os.mkdir("run-999999999-deep", dir_fd=fd)
+    cur = os.open("run-999999999-deep", os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    for _ in range(3000):  # as a script can with mkdir + chdir
+        os.mkdir("a", dir_fd=cur)
+        nxt = os.open("a", os.O_RDONLY, dir_fd=cur)
+        os.close(cur)
+        cur = nxt
+    os.close(cur)
+    victim = tmp_path / "victim"
+    victim.write_text("x")
+    victim.chmod(0o600)
+    (tmp_path / "run-999999999-deep" / "l").symlink_to(victim)
+    assert remove_stale_workdirs(tmp_path) == [dead]
+    assert not dead.exists() and victim.read_text() == "x"
+    assert (victim.stat().st_mode & 0o777) == 0o600  # the link's target was not touched
+    remove_tree(tmp_path / "missing")  # nothing to remove: no error

@@ -13,9 +13,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from testkit import REPO_ROOT
+
 __all__ = ["REPO", "TINY_RUN_FLAGS", "tiny_run_args", "run_module"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 """The checkout the subprocesses import (put first on their ``PYTHONPATH``)."""
 
 TINY_RUN_FLAGS: tuple[str, ...] = (

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpg_llm.env.sandbox.base import MEMORY_KILL, SandboxLimits, allocated_bytes
-from rpg_llm.env.sandbox.tree import tree_pids, tree_usage
+from rpg_llm.env.sandbox.tree import tree_usage
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -268,9 +268,10 @@ def run_limited(
         group and every process of the tree (a process in a new session or pid namespace, such
         as the script under bubblewrap, is not in the group)."""
         nonlocal killed_cpu
-        killed_cpu = max(killed_cpu, tree_usage(proc.pid, uid).cpu_s)
+        usage = tree_usage(proc.pid, uid)
+        killed_cpu = max(killed_cpu, usage.cpu_s)
         _killpg(proc.pid)
-        for pid in tree_pids(proc.pid, uid):
+        for pid in usage.pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

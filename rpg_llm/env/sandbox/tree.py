@@ -33,12 +33,17 @@ class TreeUsage:
     Attributes:
       rss_bytes: summed resident set size, bytes.
       cpu_s: summed user + system CPU seconds, reaped children included.
-      processes: how many processes were counted.
+      pids: the processes counted.
     """
 
     rss_bytes: int
     cpu_s: float
-    processes: int
+    pids: tuple[int, ...]
+
+    @property
+    def processes(self) -> int:
+        """How many processes were counted."""
+        return len(self.pids)
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -91,12 +96,13 @@ def tree_pids(root_pid: int, uid: int | None = None) -> list[int]:
 def tree_usage(root_pid: int, uid: int | None = None) -> TreeUsage:
     """Summed RSS and CPU seconds of :func:`tree_pids` (processes that vanish meanwhile are
     skipped)."""
-    rss = ticks = count = 0
+    rss = ticks = 0
+    counted = []
     for pid in tree_pids(root_pid, uid):
         fields = _stat_fields(pid)
         if fields is None or len(fields) < 22:
             continue
         ticks += sum(int(fields[i]) for i in (11, 12, 13, 14))
         rss += int(fields[21]) * _PAGE
-        count += 1
-    return TreeUsage(rss_bytes=rss, cpu_s=ticks / _TICK, processes=count)
+        counted.append(pid)
+    return TreeUsage(rss_bytes=rss, cpu_s=ticks / _TICK, pids=tuple(counted))

@@ -23,6 +23,7 @@ from rpg_llm.loop.buffer import SampleBuffer
 from rpg_llm.loop.runfolder import RunFolder, RunFolderBusy
 from testkit import REPO_ROOT
 from testkit.samples import toy_sample
+from testkit.tiny_run import run_module
 
 tiny_model_dir = fixtures_llm.tiny_model_dir
 
@@ -42,15 +43,7 @@ def _run_folder(path: Path, steps: int = 3, checkpointed: int | None = None) -> 
 
 
 def _cli(module: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        cwd=ROOT,
-    )
+    return run_module(module, args, {"HF_HUB_OFFLINE": "1"}, timeout=600)
 
 
 def _one_error_line(proc: subprocess.CompletedProcess) -> str:

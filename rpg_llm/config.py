@@ -193,6 +193,77 @@ class SamplingConfig:
         _int_at_least(self, "gen_batch_size", 1, optional=True, high=MAX_BATCH)
 
 
+ENGINES = ("ppo", "trl")
+"""Training engines: ``ppo`` (:mod:`rpg_llm.learner.ppo`, the paper's) or ``trl`` (TRL's
+``GRPOTrainer`` with the relative reward as a plug-in, :mod:`rpg_llm.engines.trl`)."""
+
+GRPO_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+"""``GRPOConfig.loss_type`` values of TRL 1.16."""
+
+
+@dataclass(frozen=True)
+class TRLConfig:
+    """Settings of the TRL engine (``--engine trl``; TRL's ``GRPOConfig`` names them alike).
+
+    The TRL engine is GRPO (critic-free, group-relative advantages; Shao et al. 2024): every
+    prompt (one parent) gets ``num_generations`` answers, so a step of ``B`` answers has
+    ``B / num_generations`` parents.  It reads the learning rate, gradient clip and LoRA settings
+    from the PPO section (``--actor-lr``, ``--max-grad-norm``, ``--lora-rank``, ``--lora-alpha``).
+
+    Attributes:
+        num_generations: answers per prompt, ``G`` (>= 2; must divide ``B``).
+        loss_type: TRL's loss aggregation (:data:`GRPO_LOSS_TYPES`; TRL's default ``dapo``).
+        beta: KL coefficient against the reference model (0: no reference model is loaded).
+        scale_rewards: divide advantages by the group's (``group``), the batch's (``batch``) or
+            no (``none``) standard deviation.
+        use_vllm: generate with vLLM through TRL (a CUDA GPU and the ``vllm`` package).
+        vllm_mode: ``colocate`` (vLLM inside the training processes) or ``server`` (a separate
+            ``trl vllm-serve`` process).
+
+    Raises:
+        ValueError: a bad value, named.
+    """
+
+    num_generations: int = field(
+        default=2, metadata=flag(help="answers per prompt G, engine trl (must divide B)")
+    )
+    loss_type: str = field(
+        default="dapo",
+        metadata=flag(help="GRPO loss aggregation, engine trl", choices=GRPO_LOSS_TYPES),
+    )
+    beta: float = field(default=0.0, metadata=flag(help="GRPO KL coefficient, engine trl"))
+    scale_rewards: str = field(
+        default="group",
+        metadata=flag(
+            help="GRPO advantage scaling, engine trl", choices=("group", "batch", "none")
+        ),
+    )
+    use_vllm: bool = field(
+        default=False, metadata=flag(help="generate with vLLM through TRL (CUDA GPU), engine trl")
+    )
+    vllm_mode: str = field(
+        default="colocate",
+        metadata=flag(help="vLLM beside training or as a server", choices=("colocate", "server")),
+    )
+
+    def __post_init__(self) -> None:
+        _int_at_least(self, "num_generations", 2, high=MAX_BATCH)
+        b = self.beta
+        if not (isinstance(b, int | float) and not isinstance(b, bool) and math.isfinite(b)):
+            raise ValueError(f"beta must be a finite number >= 0, got {b!r}")
+        if b < 0:
+            raise ValueError(f"beta must be a finite number >= 0, got {b!r}")
+        if not isinstance(self.use_vllm, bool):
+            raise ValueError(f"use_vllm must be True or False, got {self.use_vllm!r}")
+        for name in ("loss_type", "scale_rewards", "vllm_mode"):
+            f = next(f for f in fields(self) if f.name == name)
+            if getattr(self, name) not in f.metadata["choices"]:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(f.metadata['choices'])}, "
+                    f"got {getattr(self, name)!r}"
+                )
+
+
 @dataclass(frozen=True)
 class LoopConfig:
     """Settings of one training run (stored in ``config.json``).
@@ -248,6 +319,7 @@ class LoopConfig:
             in ``seed`` but share ``sft_seed`` start RL from bit-identical SFT weights, which
             :mod:`rpg_llm.learner.sft_cache` then computes once (``paper_figures.llm_table`` does
             this).
+        engine: :data:`ENGINES` (``ppo``: ours; ``trl``: TRL's GRPOTrainer, settings in ``trl``).
         sampling: :class:`SamplingConfig`; reward: :class:`RewardConfig` (the arm ``method`` and
             the timeout live there); ppo: :class:`PPOConfig`.
     """
@@ -339,9 +411,17 @@ class LoopConfig:
         default=None,
         metadata=flag(help="seed of the SFT pairs and batches (default: --seed)"),
     )
+    engine: str = field(
+        default="ppo",
+        metadata=flag(
+            help="training engine: ppo (ours, the paper's) or trl (TRL's GRPOTrainer)",
+            choices=ENGINES,
+        ),
+    )
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    trl: TRLConfig = field(default_factory=TRLConfig)
 
     def __post_init__(self) -> None:
         for name in ("steps", "checkpoint_every", "keep_checkpoints", "estimator_batches"):
@@ -370,6 +450,7 @@ class LoopConfig:
             ("sampling", SamplingConfig),
             ("reward", RewardConfig),
             ("ppo", PPOConfig),
+            ("trl", TRLConfig),
         ):
             if not isinstance(getattr(self, name), cls):
                 raise ValueError(f"{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
@@ -379,6 +460,12 @@ class LoopConfig:
                 raise ValueError(
                     f"{f.name} must be one of {', '.join(choices)}, got {getattr(self, f.name)!r}"
                 )
+        g = self.trl.num_generations
+        if self.engine == "trl" and self.batch_size % g:
+            raise ValueError(
+                f"batch_size {self.batch_size} must be a multiple of num_generations {g} "
+                "(engine trl: B answers = B / G prompts x G answers)"
+            )
 
     @property
     def method(self) -> str:

@@ -12,6 +12,7 @@ folder. Examples::
     python -m rpg_llm.run --task toy-tree-mae --mlebench-dir ~/mle-bench --seed-dir seeds/
     python -m rpg_llm.run --preset nanogpt-cpu
     python -m rpg_llm.run --preset nanogpt-speedrun --speedrun-dir ~/nanogpt --data-root ~/fw
+    python -m rpg_llm.run --engine trl --batch-size 4 --num-generations 2   # TRL's GRPOTrainer
 
 Every field of :class:`rpg_llm.config.LoopConfig` (and its nested sampling, reward and PPO
 configs) is a flag, generated from the dataclasses; ``--help`` lists them. Usage errors (unknown
@@ -91,6 +92,9 @@ def build_config(args: Any) -> tuple[Any, str]:
     }
     cfg = replace(cfg, mlebench_dir=str(tree) if tree is not None else None, **folders)
     cfg = _task_timeout(cfg, preset, values)
+    if cfg.engine == "trl" and preset.gpus > 0 and "trl.use_vllm" not in values:
+        # the GPU presets generate with vLLM through TRL (colocated unless --vllm-mode server)
+        cfg = replace(cfg, trl=replace(cfg.trl, use_vllm=True))
     return cfg, preset.name
 
 
@@ -227,6 +231,41 @@ def _check_starting_scripts(cfg: Any, scripts: list[tuple[str, str]]) -> None:
         )
 
 
+def given_engine_flags(args: Any) -> list[str]:
+    """The TRL-engine flags given on the command line (``--num-generations`` ...)."""
+    from rpg_llm.config import flag_names, given_flags
+
+    names = flag_names()
+    return [names[k] for k in given_flags(args) if k.startswith("trl.")]
+
+
+def _check_engine(cfg: Any, trl_flags: Sequence[str] = ()) -> None:
+    """``--engine trl`` needs TRL (and, with ``--use-vllm``, vLLM and a CUDA GPU); the TRL
+    flags make no sense with ``--engine ppo``. Checked before any model loads.
+
+    Raises:
+        UsageError: naming the flag and what is missing.
+    """
+    import importlib.util
+
+    if cfg.engine != "trl":
+        if trl_flags:
+            verb = "applies" if len(trl_flags) == 1 else "apply"
+            raise UsageError(f"{', '.join(trl_flags)} {verb} to --engine trl only")
+        return
+    if importlib.util.find_spec("trl") is None:
+        raise UsageError("--engine trl needs TRL: pip install -e '.[trl]' (trl==1.16.0)")
+    if cfg.trl.use_vllm:
+        if importlib.util.find_spec("vllm") is None:
+            raise UsageError(
+                "--use-vllm needs the vllm package on a CUDA machine (pip install vllm)"
+            )
+        import torch
+
+        if not torch.cuda.is_available() or cfg.device == "cpu":
+            raise UsageError("--use-vllm needs a CUDA GPU (none found, or --device cpu)")
+
+
 def _resume_config(args: Any) -> Any:
     """The stored config of ``--resume RUN_DIR`` (``--steps`` may extend a run; other settings
     are the run's own)."""
@@ -276,6 +315,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if world > 1 and not args.out:
             raise UsageError(f"with {world} processes, name the run folder with --out")
         _check_inputs(cfg, preset_name)
+        _check_engine(cfg, given_engine_flags(args))
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(args.out or f"runs/{preset_name}-{cfg.method}-{stamp}")
         if rank == 0 and (run_dir / "config.json").exists():
@@ -283,7 +323,9 @@ def _main(argv: Sequence[str] | None) -> int:
         resume = False
     if rank == 0:
         print(f"run folder: {run_dir}", flush=True)
-    if resume and _finished(run_dir, cfg.steps):
+    if resume:
+        _check_engine(cfg)
+    if resume and _finished(run_dir, cfg.steps, cfg.engine):
         if rank == 0:
             print(
                 f"nothing to run: the run has finished its {cfg.steps} steps "
@@ -298,9 +340,16 @@ def _main(argv: Sequence[str] | None) -> int:
     hf_logging.disable_progress_bar()  # the weight-loading bar; the step lines say what happens
 
     try:
-        records = train(
-            cfg, run_dir, resume=resume, progress=not args.no_progress, on_stage=_fault_hook()
-        )
+        if cfg.engine == "trl":
+            from rpg_llm.engines.trl import train_trl
+
+            records = train_trl(
+                cfg, run_dir, resume=resume, progress=not args.no_progress, on_stage=_fault_hook()
+            )
+        else:
+            records = train(
+                cfg, run_dir, resume=resume, progress=not args.no_progress, on_stage=_fault_hook()
+            )
     except RunFolderBusy as exc:
         raise UsageError(str(exc)) from None
     wall = time.perf_counter() - t0
@@ -310,10 +359,15 @@ def _main(argv: Sequence[str] | None) -> int:
     return 0
 
 
-def _finished(run_dir: Path, steps: int) -> bool:
-    """True when ``run_dir`` has a checkpoint of step ``steps`` (the run's last step)."""
+def _finished(run_dir: Path, steps: int, engine: str = "ppo") -> bool:
+    """True when ``run_dir`` has a checkpoint of step ``steps`` (the run's last step; the TRL
+    engine: TRL's global step)."""
     from rpg_llm.loop.runfolder import RunFolder
 
+    if engine == "trl":
+        from rpg_llm.engines.trl import trl_done_steps
+
+        return trl_done_steps(run_dir) >= steps
     return (RunFolder(run_dir).latest_checkpoint() or 0) >= steps
 
 
@@ -358,7 +412,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _fault_hook():
     """Test hook: ``RPG_KILL_AT=STEP:STAGE`` sends SIGKILL to this process at that stage
-    (stages: generated, stored, updated, checkpointed), to test resume after a hard kill."""
+    (stages: generated, stored, updated, checkpointed; the TRL engine: stored), to test resume
+    after a hard kill."""
     spec = os.environ.get("RPG_KILL_AT")
     if not spec:
         return None

@@ -10,4 +10,4 @@ fi
 python -m pip install -q --upgrade pip
 # torch 2.13.0 first: the CPU build (an unpinned torch would pull a multi-GB CUDA build).
 python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[jax,llm,ray,test]"
+python -m pip install -q -e ".[jax,llm,ray,trl,test]"

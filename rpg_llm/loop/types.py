@@ -42,6 +42,10 @@ class Buffer(Protocol):
         """The stored samples of ``step`` of ``run``, in row order."""
         ...
 
+    def max_step(self, run: str) -> int:
+        """Largest stored step of ``run`` (-1: none)."""
+        ...
+
     def exec_seconds_by_row(self, run: str | None, max_step: int) -> dict[int, float]:
         """Per batch row, the execution seconds of steps ``1 .. max_step`` (infra left out)."""
         ...

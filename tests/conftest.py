@@ -29,3 +29,20 @@ def _fresh_sft_cache(tmp_path_factory, monkeypatch):
     """Each test (and the runs it starts in subprocesses) gets an empty SFT weights cache, so
     that no test sees another's SFT results (a cache hit skips the SFT)."""
     monkeypatch.setenv("RPG_SFT_CACHE", str(tmp_path_factory.mktemp("sft-cache")))
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` skip on a machine without a CUDA device."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items and not _has_cuda():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in gpu_items:
+            item.add_marker(skip)

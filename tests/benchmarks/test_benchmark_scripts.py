@@ -1,8 +1,10 @@
-"""The two benchmark scripts: loop overhead arithmetic, and the GPU PPO step checked on a CPU."""
+"""The benchmark scripts: loop overhead arithmetic, the GPU PPO step and the engine comparison
+checked on a CPU."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -80,3 +82,30 @@ def test_gpu_ppo_step_script_runs_tiny_on_cpu():
     if not torch.cuda.is_available():
         no_gpu = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
         assert no_gpu.returncode == 2 and "no CUDA GPU" in no_gpu.stderr
+
+
+@pytest.mark.slow
+def test_engine_step_compares_both_engines_on_the_tiny_model():
+    """Both engines' rows, on the same B x (prompt + answer), and the ratio line, which must be
+    the ratio of the rows' own numbers."""
+    pytest.importorskip("trl")
+    script = ROOT / "benchmarks" / "engine_step.py"
+    args = [sys.executable, str(script), "--tiny", "--steps", "1", "--no-record"]
+    args += ["--prompt-len", "12", "--response-len", "6", "--batch", "4"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if "tiny qwen3_5_text" in line]
+    assert len(rows) == 2 and "ours" in rows[0] and "TRL" in rows[1]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    assert cells[0][3] == cells[1][3] == "4 x (12 + 6)"
+    ours_aps, trl_aps = float(cells[0][5]), float(cells[1][5])
+    ours_step, trl_step = float(cells[0][8]), float(cells[1][8])
+    ratio = [line for line in out.stdout.splitlines() if line.startswith("TRL / ours")][0]
+    aps, step = (float(x) for x in re.findall(r"([\d.]+)x", ratio)[:2])
+    assert aps == pytest.approx(trl_aps / ours_aps, rel=0.02)
+    assert step == pytest.approx(trl_step / ours_step, rel=0.02)
+    bad = subprocess.run(
+        [sys.executable, str(script), "--tiny", "--batch", "3"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "--batch 3 must be a multiple of --num-generations 2" in bad.stderr

@@ -19,6 +19,12 @@ as each finishes; its header is written at the start), ``curves.npz`` (regret cu
 at the end). A progress bar shows the decisions done
 inside each cell with an ETA measured after compilation.
 
+``--ray ADDRESS|local`` runs every (cell, agent) as a Ray task (``paper_figures/_ray.py``:
+``local`` starts Ray on this machine, ``HOST:PORT`` joins a running cluster; an address that
+accepts no connection exits 2 before anything compiles or is written). The driver rewrites the
+CSV and curves as tasks finish, rows in the planned order, with the in-process numbers; one tqdm
+bar counts the units done. As in-process, a rerun starts from the first unit.
+
 ``--quick`` is a smoke run (E1 and E4, K = 5 and 10, n = 2,000, 8 trials), labelled as such in
 its title, CSV (``run`` column) and output line; it is not the paper's protocol. Measured on this
 project's 2 shared cores (load ~6): 338 s wall cold with the progress bar, 260 s cold with
@@ -53,6 +59,7 @@ from paper_figures._protocol import (
 from rpg_core.cli import ArgumentParser, UsageError, comma_list, run_cli
 
 PROG = "python -m paper_figures.regret_vs_arms"
+PROG_MODULE = "paper_figures.regret_vs_arms"
 HYPER_FILE = Path(__file__).with_name("hyper_small.json")
 DEFAULT_AGENTS = ("npg-niw", "spg-niw", "cucb-tuned", "cucb-theory")
 QUICK = {"envs": "E1,E4", "arms": "5,10", "steps": 2_000, "seeds": 8}
@@ -129,6 +136,13 @@ def _parser() -> ArgumentParser:
         "--no-progress",
         action="store_true",
         help="no progress bar; the compiled code then goes into the persistent compilation cache",
+    )
+    ap.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS|local",
+        help="run every (cell, agent) as a Ray task: 'local' starts Ray on this machine, "
+        "HOST:PORT joins a cluster; the CSV is rewritten as units finish",
     )
     return ap
 
@@ -266,8 +280,13 @@ def run_cell(
     return res, used, time.perf_counter() - t0
 
 
-def run(args, plan: dict) -> Path:
-    """Run every cell, rewriting the CSV and curves as each finishes, then plot; returns --out."""
+def run(args, plan: dict, on_ray: bool = False) -> Path:
+    """Run every cell, rewriting the CSV and curves as each finishes, then plot; returns --out.
+
+    ``on_ray``: every (cell, agent) is a Ray task of a session the caller has started
+    (``paper_figures._ray.connect``); the rows are written in the planned order whatever the
+    order the tasks finish in.
+    """
     from rpg_jax.config import setup_jax
 
     setup_jax()
@@ -281,40 +300,67 @@ def run(args, plan: dict) -> Path:
     info = _run_info(args, plan, units)
     (folder / "run.json").write_text(json.dumps(info, indent=1) + "\n")
     write_csv(folder / "regret_vs_arms.csv", [], CSV_FIELDS)  # header now: a kill leaves it
-    rows, curves = [], {}
-    for i, (cell, name) in enumerate(units, 1):
-        seeds = seeds_all[: min(args.seeds, plan["seed_map"].get((name, cell.K), args.seeds))]
-        hyper, source = plan["hyper"][cell, name]
-        desc = f"[{i}/{len(units)}] {cell.env} K={cell.K} X={cell.contexts} {name}"
-        res, used, wall = run_cell(cell, name, hyper, seeds, args.steps, desc, not args.no_progress)
-        rows.append(
-            {
-                "run": "quick smoke run" if args.quick else "full",
-                "setting": plan["setting"],
-                "env": cell.env,
-                "K": cell.K,
-                "n_contexts": cell.contexts,
-                "agent": name,
-                "hyper": json.dumps(used, sort_keys=True),
-                "hyper_source": source,
-                "n_steps": args.steps,
-                "seeds": f"{seeds[0]}-{seeds[-1]}",
-                "n_seeds": len(seeds),
-                "mean_regret": float(np.mean(res.regret)),
-                "se_regret": standard_error(res.regret),
-                "mean_pseudo_regret": float(np.mean(res.pseudo_regret)),
-                "se_pseudo_regret": standard_error(res.pseudo_regret),
-                "wall_s": round(wall, 3),
-                "note": ""
-                if len(seeds) == args.seeds
-                else f"reduced seeds: {len(seeds)} of {args.seeds}",
-            }
-        )
+    rows, curves = {}, {}
+
+    def unit_seeds(cell: Cell, name: str) -> list[int]:
+        return seeds_all[: min(args.seeds, plan["seed_map"].get((name, cell.K), args.seeds))]
+
+    def finished(i: int, res, used: dict, wall: float) -> None:
+        cell, name = units[i]
+        seeds = unit_seeds(cell, name)
+        source = plan["hyper"][cell, name][1]
+        rows[i] = {
+            "run": "quick smoke run" if args.quick else "full",
+            "setting": plan["setting"],
+            "env": cell.env,
+            "K": cell.K,
+            "n_contexts": cell.contexts,
+            "agent": name,
+            "hyper": json.dumps(used, sort_keys=True),
+            "hyper_source": source,
+            "n_steps": args.steps,
+            "seeds": f"{seeds[0]}-{seeds[-1]}",
+            "n_seeds": len(seeds),
+            "mean_regret": float(np.mean(res.regret)),
+            "se_regret": standard_error(res.regret),
+            "mean_pseudo_regret": float(np.mean(res.pseudo_regret)),
+            "se_pseudo_regret": standard_error(res.pseudo_regret),
+            "wall_s": round(wall, 3),
+            "note": ""
+            if len(seeds) == args.seeds
+            else f"reduced seeds: {len(seeds)} of {args.seeds}",
+        }
         curves[f"{cell.env}_K{cell.K}_X{cell.contexts}_{name}"] = res.regret_curve
         curves["checkpoints"] = res.checkpoints
-        write_csv(folder / "regret_vs_arms.csv", rows, CSV_FIELDS)
+        write_csv(folder / "regret_vs_arms.csv", [rows[j] for j in sorted(rows)], CSV_FIELDS)
         np.savez_compressed(folder / "curves.npz", **curves)
-    plot(rows, folder, args, plan)
+
+    if on_ray:
+        from paper_figures import _ray
+
+        jobs = [
+            {
+                "cell": cell,
+                "name": name,
+                "hyper": plan["hyper"][cell, name][0],
+                "seeds": unit_seeds(cell, name),
+                "n_steps": args.steps,
+                "desc": f"{cell.env} K={cell.K} X={cell.contexts} {name}",
+                "progress": False,
+            }
+            for cell, name in units
+        ]
+        desc = f"regret_vs_arms on Ray ({len(jobs)} units)"
+        progress = not args.no_progress
+        for i, out in _ray.run_tasks(PROG_MODULE, "run_cell", jobs, desc=desc, progress=progress):
+            finished(i, *out)
+    else:
+        for i, (cell, name) in enumerate(units):
+            desc = f"[{i + 1}/{len(units)}] {cell.env} K={cell.K} X={cell.contexts} {name}"
+            hyper = plan["hyper"][cell, name][0]
+            seeds = unit_seeds(cell, name)
+            finished(i, *run_cell(cell, name, hyper, seeds, args.steps, desc, not args.no_progress))
+    plot([rows[j] for j in sorted(rows)], folder, args, plan)
     info["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     (folder / "run.json").write_text(json.dumps(info, indent=1) + "\n")
     return folder
@@ -433,9 +479,20 @@ def plot(rows: list[dict], folder: Path, args, plan: dict) -> None:
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.ray is not None:
+        from paper_figures import _ray
+
+        _ray.check_address(args.ray)
     plan = check_args(args)
     t0 = time.perf_counter()
-    folder = run(args, plan)
+    if args.ray is not None:
+        ray = _ray.connect(args.ray)
+        try:
+            folder = run(args, plan, on_ray=True)
+        finally:
+            ray.shutdown()
+    else:
+        folder = run(args, plan)
     kind = "quick smoke run (not the paper's protocol): " if args.quick else ""
     print(f"{kind}wrote {folder} in {time.perf_counter() - t0:.1f} s")
     return 0

@@ -19,6 +19,14 @@ only on its trial and point) and stores each slice under ``"partial"`` as it fin
 longer than one sitting (a PG unit of the small setting is 1,500 runs of 30,000 decisions, 1-3 h
 on 2 CPU cores) can be finished across several.
 
+``--ray ADDRESS|local`` runs every unfinished slice (cell x agent x ``--points-per-call`` points;
+0: the whole grid) as a Ray task (``paper_figures/_ray.py``): ``local`` starts Ray on this
+machine, ``HOST:PORT`` joins a running cluster, and an address that accepts no connection exits 2
+before anything compiles. The driver stores the slices as they finish, in the same file and the
+same way (a unit's stored slices stay a prefix of its grid; a slice that finishes before an
+earlier one is held in memory until that one is stored), so the scores equal the in-process ones
+and a killed driver resumes as the in-process path does; one tqdm bar counts the slices done.
+
 Grids (``--grid NAME=V1,V2`` overrides one, e.g. for a smoke run): see
 ``paper_figures/_protocol.py``. Source: the paper's bandit validation; protocol facts from
 DESIGN.md sections 3 and 5.
@@ -49,6 +57,10 @@ from paper_figures._protocol import (
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
 
 PROG = "python -m paper_figures.tune"
+_RAY_HELP = (
+    "run every slice (cell x agent x --points-per-call grid points) as a Ray task: 'local' starts "
+    "Ray on this machine, HOST:PORT joins a cluster; results are stored as slices finish"
+)
 CRITERION = "lowest median over the tuning trials of the final regret R_n (ties: first point)"
 
 
@@ -76,6 +88,7 @@ def _parser() -> ArgumentParser:
         action="store_true",
         help="no progress bar; the compiled code then goes into the persistent compilation cache",
     )
+    ap.add_argument("--ray", default=None, metavar="ADDRESS|local", help=_RAY_HELP)
     return ap
 
 
@@ -289,19 +302,41 @@ def _tune_in_slices(name: str, cell: Cell, plan: dict, results: dict, progress: 
             start=start,
             stop=min(start + per_call, n_points),
         )
-        done = {
-            "grid": done["grid"] + part["grid"],
-            "lanes": done["lanes"] + part["lanes"],
-            "wall_s": round(done["wall_s"] + part["wall_s"], 1),
-        }
-        partial[name] = done
-        results["grids"][name] = grid
-        _write_atomic(plan["out"], results)
-        if len(done["grid"]) < n_points:
-            print(
-                f"{cell.key} {name}: {len(done['grid'])}/{n_points} grid points scored",
-                file=sys.stderr,
-            )
+        done = _store_slice(name, cell, plan, results, part)
+    return _close_unit(name, cell, results, done)
+
+
+def _say_err(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def _store_slice(
+    name: str, cell: Cell, plan: dict, results: dict, part: dict, say=_say_err
+) -> dict:
+    """Append the slice ``part`` (a :func:`tune_unit` result that starts at the first unscored
+    point) to the unit's stored slices, rewrite the results file, and return the merged slices
+    ``{"grid", "lanes", "wall_s"}``; ``say`` reports a unit that is not finished yet."""
+    grid = plan["grids"][name]
+    n_points = len(grid_points(grid))
+    partial = results.setdefault("partial", {}).setdefault(cell.key, {})
+    done = partial.get(name, {"grid": [], "lanes": 0, "wall_s": 0.0})
+    done = {
+        "grid": done["grid"] + part["grid"],
+        "lanes": done["lanes"] + part["lanes"],
+        "wall_s": round(done["wall_s"] + part["wall_s"], 1),
+    }
+    partial[name] = done
+    results["grids"][name] = grid
+    _write_atomic(plan["out"], results)
+    if len(done["grid"]) < n_points:
+        say(f"{cell.key} {name}: {len(done['grid'])}/{n_points} grid points scored")
+    return done
+
+
+def _close_unit(name: str, cell: Cell, results: dict, done: dict) -> dict:
+    """Drop a finished unit's slices from ``results['partial']``; returns the unit's record
+    (best point and the merged slices)."""
+    partial = results["partial"][cell.key]
     del partial[name]
     if not partial:
         del results["partial"][cell.key]
@@ -311,11 +346,104 @@ def _tune_in_slices(name: str, cell: Cell, plan: dict, results: dict, progress: 
     return {"best": done["grid"][best]["hyper"], "best_median_regret": best_med, **done}
 
 
+def _record_unit(
+    name: str, cell: Cell, unit: dict, plan: dict, results: dict, command: str, say=print
+) -> None:
+    """Store a finished unit under ``results['cells']`` with the command and the time, rewrite
+    the results file and ``say`` the best point."""
+    unit["command"] = command
+    unit["finished_utc"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    results["grids"][name] = plan["grids"][name]
+    results["cells"].setdefault(cell.key, {})[name] = unit
+    _write_atomic(plan["out"], results)
+    say(
+        f"{cell.key} {name}: best {unit['best']} median R_n "
+        f"{unit['best_median_regret']:.2f} ({unit['wall_s']} s)"
+    )
+
+
+def _tune_on_ray(plan: dict, results: dict, command: str, progress: bool) -> None:
+    """Every unfinished slice of every unit as one Ray task (``_ray.run_tasks``), the results
+    stored as the tasks finish.
+
+    A unit's stored slices stay a prefix of its grid, as in-process: a slice that finishes before
+    an earlier one waits in memory until the earlier one is stored, so a restart after a kill
+    continues after the last stored slice (a waiting slice is computed again).
+    """
+    from tqdm import tqdm
+
+    from paper_figures import _ray
+
+    def say_out(text: str) -> None:
+        tqdm.write(text, file=sys.stdout)
+
+    def say_err(text: str) -> None:
+        tqdm.write(text, file=sys.stderr)
+
+    jobs, owner, done, waiting = [], [], {}, {}
+    for cell in plan["cells"]:
+        for name in plan["agents"]:
+            stored = results["cells"].get(cell.key, {})
+            if name in stored:
+                print(f"{cell.key} {name}: stored, best {stored[name]['best']}", file=sys.stderr)
+                continue
+            grid = plan["grids"][name]
+            n_points = len(grid_points(grid))
+            per_call = plan["points_per_call"] or n_points
+            unit = results.get("partial", {}).get(cell.key, {}).get(name)
+            done[cell.key, name] = unit or {"grid": [], "lanes": 0, "wall_s": 0.0}
+            waiting[cell.key, name] = {}
+            first = len(done[cell.key, name]["grid"])
+            if first >= n_points:  # every slice stored before a kill: only the record is missing
+                unit = _close_unit(name, cell, results, done[cell.key, name])
+                _record_unit(name, cell, unit, plan, results, command)
+                continue
+            for start in range(first, n_points, per_call):
+                jobs.append(
+                    {
+                        "agent_name": name,
+                        "cell": cell,
+                        "grid": grid,
+                        "seeds": plan["seeds"],
+                        "n_steps": plan["protocol"]["n_steps"],
+                        "progress": False,
+                        "start": start,
+                        "stop": min(start + per_call, n_points),
+                    }
+                )
+                owner.append((cell, name))
+    desc = f"tune on Ray ({len(jobs)} slices)"
+    for i, part in _ray.run_tasks(
+        "paper_figures.tune", "tune_unit", jobs, desc=desc, progress=progress
+    ):
+        cell, name = owner[i]
+        key, n_points = (cell.key, name), len(grid_points(plan["grids"][name]))
+        waiting[key][jobs[i]["start"]] = part
+        while len(done[key]["grid"]) in waiting[key]:
+            part = waiting[key].pop(len(done[key]["grid"]))
+            done[key] = _store_slice(name, cell, plan, results, part, say=say_err)
+            if len(done[key]["grid"]) == n_points:
+                unit = _close_unit(name, cell, results, done[key])
+                _record_unit(name, cell, unit, plan, results, command, say=say_out)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if args.ray is not None:
+        from paper_figures import _ray
+
+        _ray.check_address(args.ray)
     plan = check_args(args)
     results = _load_results(plan)
     command = f"{PROG} " + shlex.join(list(argv) if argv is not None else sys.argv[1:])
+    if args.ray is not None:
+        ray = _ray.connect(args.ray)
+        try:
+            _tune_on_ray(plan, results, command, progress=not args.no_progress)
+        finally:
+            ray.shutdown()
+        print(f"results in {plan['out']}")
+        return 0
 
     from rpg_jax.config import setup_jax
 
@@ -327,15 +455,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 print(f"{cell.key} {name}: stored, best {stored[name]['best']}", file=sys.stderr)
                 continue
             unit = _tune_in_slices(name, cell, plan, results, progress=not args.no_progress)
-            unit["command"] = command
-            unit["finished_utc"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-            results["grids"][name] = plan["grids"][name]
-            results["cells"].setdefault(cell.key, {})[name] = unit
-            _write_atomic(plan["out"], results)
-            print(
-                f"{cell.key} {name}: best {unit['best']} median R_n "
-                f"{unit['best_median_regret']:.2f} ({unit['wall_s']} s)"
-            )
+            _record_unit(name, cell, unit, plan, results, command)
     print(f"results in {plan['out']}")
     return 0
 

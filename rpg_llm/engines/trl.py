@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -275,7 +276,10 @@ class RPGRun:
         )  # fmt: skip
         exec_all = max(p[1] for p in parts)
         best = self.accounts.best_generated
-        rec = step_record(step, samples, sr, rho_parents, summary, exec_all, 0.0, {}, False, best)
+        # TRL updates the policy after this reward call: no update time in the record (NaN)
+        rec = step_record(
+            step, samples, sr, rho_parents, summary, exec_all, math.nan, {}, False, best
+        )
         all_kinds = [k for p in parts for k in p[4]]
         rec.answers = {
             "edit": all_kinds.count("edit"),
@@ -599,7 +603,12 @@ def train_trl(
                 run.console = Console(planned, run.next_step, d.main, progress)
             checkpoint = str(out / f"checkpoint-{last}") if last else None
             if last < cfg.steps:
-                trainer.train(resume_from_checkpoint=checkpoint)
+                with warnings.catch_warnings():
+                    # transformers 5 deprecates the name TRL 1.16 calls; nothing for a user to do
+                    warnings.filterwarnings(
+                        "ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning
+                    )
+                    trainer.train(resume_from_checkpoint=checkpoint)
             return run.records
         finally:
             run.close()

@@ -56,6 +56,9 @@ class StepRecord:
     ``best_raw_reward``: the best raw reward of the buffer, seeds included (the bonus threshold);
     ``answers``: the step's answers by what they became
     (:func:`rpg_llm.loop.trainer.answer_counts`: ``edit``, ``changed``, ``script``, ``invalid``).
+    With ``--engine trl`` the record is written by the reward call, before TRL's update:
+    ``ppo_seconds`` is NaN (``null`` in the JSON) and ``step_seconds`` covers execution, grading
+    and storage only.
     """
 
     step: int

@@ -19,7 +19,9 @@ ARGV = ["--envs", "E1", "--arms", "5", "--steps", "300", "--seeds", "4", "--no-p
 def _jax_gpu() -> bool:
     probe = "import jax; jax.devices('gpu')"
     env = os.environ | {"JAX_PLATFORMS": "cuda"}
-    return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0
+    return (
+        subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0
+    )
 
 
 def _figure(platform: str, out) -> dict:

@@ -130,6 +130,9 @@ def test_relative_rewards_exact_on_hand_made_outcomes(rpg_run):
     with open(rpg_run.folder.root / "samples.csv") as fh:
         csv_rows = list(csv.DictReader(fh))
     assert len(csv_rows) == 8 and csv_rows[3]["status"] == "infra"
+    # the record is written before TRL's update: no update time in it, not a made-up 0
+    assert [r.step for r in rpg_run.records] == [1, 2]
+    assert all(math.isnan(r.ppo_seconds) for r in rpg_run.records)
 
 
 def test_positive_rate_prices_time(tmp_path):

@@ -235,7 +235,8 @@ def _main(argv: Sequence[str] | None) -> int:
     print(ratio)
     if not args.no_record:
         with open(ROOT / "benchmarks" / "RESULTS.md", "a") as fh:
-            fh.write(f"\n`{PROG}` ({' '.join(argv or sys.argv[1:])}):\n\n{header}\n")
+            given = " ".join(argv if argv is not None else sys.argv[1:]) or "defaults"
+            fh.write(f"\n`{PROG}` ({given}):\n\n{header}\n")
             fh.write("|---|---|---|---|---|---|---|---|---|\n")
             fh.write(f"{r_ours[0]}\n{r_trl[0]}\n\n{ratio}\n")
     return 0

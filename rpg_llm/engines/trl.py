@@ -606,7 +606,7 @@ def train_trl(
                 with warnings.catch_warnings():
                     # transformers 5 deprecates the name TRL 1.16 calls; nothing for a user to do
                     warnings.filterwarnings(
-                        "ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning
+                        "ignore", r"`\w*gradient_checkpointing\w*` is deprecated", FutureWarning
                     )
                     trainer.train(resume_from_checkpoint=checkpoint)
             return run.records

@@ -35,7 +35,7 @@ python -m paper_figures.regret_vs_arms --envs E1 --arms "$arms" --seeds "$seeds"
   --no-progress --out "$out/figure" | tee "$out/figure.txt"
 end=$(date +%s.%N)
 python - "$out" "$platform" "$arms" "$seeds" "$start" "$end" "$ref" "${RECORD:-0}" <<'PY'
-import json, re, sys
+import datetime, json, os, re, sys
 from pathlib import Path
 
 out, platform, arms, seeds, start, end, ref, record = sys.argv[1:]
@@ -48,6 +48,8 @@ now = {
     "figure_part_s": round(float(end) - float(start), 1),
     "npg_decision_seeds_per_s": float(row.group(1)) if row else None,
     "ns_per_draw": float(draw.group(1)) if draw else None,
+    "load_avg_1m_at_end": os.getloadavg()[0],
+    "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
 }
 (Path(out) / "summary.json").write_text(json.dumps(now, indent=1) + "\n")
 print(json.dumps(now))

@@ -469,7 +469,7 @@ class LoopConfig:
 
     @property
     def method(self) -> str:
-        """The arm, ``"rpg"`` or ``"vanilla"`` (``reward.method``)."""
+        """The arm: ``"rpg"``, ``"vanilla"`` or ``"fixed-lambda"`` (``reward.method``)."""
         return self.reward.method
 
     @property
@@ -652,8 +652,23 @@ def apply_flags(cfg: LoopConfig, values: dict[str, Any]) -> LoopConfig:
         ValueError: a bad value; the message names the flag.
     """
     try:
-        for path, value in values.items():
-            cfg = with_path(cfg, path, value)
+        return _with_paths(cfg, values)
     except ValueError as err:
         raise ValueError(named_errors(str(err))) from None
-    return cfg
+
+
+def _with_paths(cfg: Any, values: dict[str, Any]) -> Any:
+    """``cfg`` with every ``{dotted path: value}`` replaced in one ``replace`` per dataclass, so
+    that checks across fields (``--method fixed-lambda --fixed-lambda 0.01``, ``--batch-size``
+    and ``--num-generations``) see all the new values together, whatever their order."""
+    leaves: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for path, value in values.items():
+        head, _, rest = path.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            leaves[head] = value
+    for head, sub in nested.items():
+        leaves[head] = _with_paths(getattr(cfg, head), sub)
+    return replace(cfg, **leaves) if leaves else cfg

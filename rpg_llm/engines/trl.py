@@ -382,7 +382,7 @@ class BufferPrompts:
     def parents(self) -> tuple[list[str], list[int | None], list[str | None]]:
         """The current ``P`` prompts, parent ids and parent scripts (read from the buffer)."""
         run, c = self.run, self.run.cfg
-        rho = run.accounts.rho_hat if c.method == "rpg" else None
+        rho = c.reward.ranking_rho(run.accounts.rho_hat)
         empty = not run.buffer.top(1, rho, run=c.name)
         seeds = run.backends.baseline_solutions(run.task.id) if empty else None
         budget = c.sampling.max_prompt_tokens

@@ -11,6 +11,16 @@ Reference facts (DESIGN.md section 7; paper section 4):
   earlier steps (never fed to ``rho_hat``);
 * RPG: ``r_tilde = r + bonus - c * rho_hat * delta`` with ``c = 1``, ``rho_hat`` the estimate
   refitted on the current step's slot sums; vanilla: ``r + bonus``.
+
+Baselines beside the paper's two arms (what a user would try instead, and an ablation):
+
+* ``fixed-lambda``: ``r + bonus - lambda * delta`` with ``lambda`` (reward per second) fixed for
+  the run, as in time-penalised RL with a constant price of time; invalid samples are charged the
+  timeout as in RPG;
+* parent ranking apart from the training reward (``parent_rank``): ``"rate"`` ranks the buffer's
+  parents by ``r - rho_hat * delta``, ``"raw"`` by ``r``, ``"arm"`` (default) as the arm itself
+  does (RPG: rate; vanilla: raw; fixed-lambda: ``r - lambda * delta``). RPG and vanilla crossed
+  with ``rate`` / ``raw`` give the 2 x 2 ablation that separates choosing parents from learning.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from rpg_llm.env.sandbox.base import MAX_TIMEOUT_S
 
 __all__ = [
     "METHODS",
+    "PARENT_RANKS",
     "TIME_MEASURES",
     "INVALID_REWARD",
     "TIME_FLOOR_S",
@@ -36,7 +47,8 @@ __all__ = [
     "step_rewards",
 ]
 
-METHODS = ("rpg", "vanilla")
+METHODS = ("rpg", "vanilla", "fixed-lambda")
+PARENT_RANKS = ("arm", "rate", "raw")
 TIME_MEASURES = ("wall", "cpu")
 INVALID_REWARD = -10.0
 TIME_FLOOR_S = 0.1
@@ -48,12 +60,17 @@ class RewardConfig:
     """Reward settings of one arm.
 
     Attributes:
-        method: ``"rpg"`` (relative reward) or ``"vanilla"`` (raw reward).
+        method: ``"rpg"`` (relative reward), ``"vanilla"`` (raw reward) or ``"fixed-lambda"``
+            (``r - fixed_lambda * delta``).
         timeout_s: execution time limit, seconds (charged to invalid samples in the RPG arm).
         c: weight of the time cost ``c * rho_hat * delta`` (paper: 1).
         bonus: improvement bonus for a new best (paper: 0.5; 0 disables it).
         time_floor_s: smallest time charged, seconds (0.1).
         time_measure: ``"wall"`` (the paper) or ``"cpu"``: which time of the script is ``delta``.
+        fixed_lambda: the fixed-lambda arm's price of time, reward per second (> 0 there; must
+            stay 0 in the other arms).
+        parent_rank: how parents are ranked: ``"arm"``, ``"rate"`` or ``"raw"``
+            (:meth:`ranking_rho`).
 
     The ``metadata`` of each field names its ``python -m rpg_llm.run`` flag
     (:mod:`rpg_llm.config`). Numbers are cast to float here, once.
@@ -85,14 +102,30 @@ class RewardConfig:
         },
     )
 
+    fixed_lambda: float = field(
+        default=0.0,
+        metadata={"help": "price of time of --method fixed-lambda, reward per second"},
+    )
+    parent_rank: str = field(
+        default="arm",
+        metadata={
+            "help": "parents ranked as the arm does, by r - rho_hat * delta, or by r",
+            "choices": PARENT_RANKS,
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.parent_rank not in PARENT_RANKS:
+            raise ValueError(
+                f"parent_rank must be one of {PARENT_RANKS}, got {self.parent_rank!r}"
+            )
         if self.time_measure not in TIME_MEASURES:
             raise ValueError(
                 f"time_measure must be one of {TIME_MEASURES}, got {self.time_measure!r}"
             )
-        for name in ("timeout_s", "c", "bonus", "time_floor_s"):
+        for name in ("timeout_s", "c", "bonus", "time_floor_s", "fixed_lambda"):
             v = getattr(self, name)
             if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite number, got {v!r}")
@@ -107,11 +140,34 @@ class RewardConfig:
                 f"need c >= 0, bonus >= 0, time_floor_s > 0; got {self.c}, {self.bonus}, "
                 f"{self.time_floor_s}"
             )
+        if self.method == "fixed-lambda" and not self.fixed_lambda > 0:
+            raise ValueError(
+                f"method fixed-lambda needs fixed_lambda > 0 (reward per second), "
+                f"got {self.fixed_lambda!r}"
+            )
+        if self.method != "fixed-lambda" and self.fixed_lambda != 0:
+            raise ValueError(
+                f"fixed_lambda {self.fixed_lambda!r} applies to method fixed-lambda only "
+                f"(method is {self.method})"
+            )
+
+    @property
+    def priced(self) -> bool:
+        """Whether the training reward charges time (RPG and fixed-lambda; not vanilla)."""
+        return self.method != "vanilla"
+
+    def ranking_rho(self, rho_hat: float) -> float | None:
+        """The price of time, reward per second, by which parents are ranked
+        (``r - price * delta``; None: by ``r``), given the current ``rho_hat``."""
+        rank = self.parent_rank
+        if rank == "arm":
+            rank = {"rpg": "rate", "vanilla": "raw", "fixed-lambda": "lambda"}[self.method]
+        return {"rate": rho_hat, "raw": None, "lambda": self.fixed_lambda}[rank]
 
 
 def charged_time(valid: np.ndarray, delta: np.ndarray, cfg: RewardConfig) -> np.ndarray:
-    """Time charged to each sample, seconds: ``max(delta, floor)``; RPG charges invalid ones
-    ``max(timeout, floor)``.
+    """Time charged to each sample, seconds: ``max(delta, floor)``; the arms that price time
+    (RPG, fixed-lambda) charge invalid ones ``max(timeout, floor)``.
 
     Args:
         valid: ``[B]`` bool.
@@ -131,7 +187,7 @@ def charged_time(valid: np.ndarray, delta: np.ndarray, cfg: RewardConfig) -> np.
     if not np.all(np.isfinite(delta)) or np.any(delta < 0):
         raise ValueError(f"times must be finite and >= 0, got {delta.tolist()}")
     t = np.maximum(delta, cfg.time_floor_s)
-    if cfg.method == "rpg":
+    if cfg.priced:
         t = np.where(valid, t, max(cfg.timeout_s, cfg.time_floor_s))
     return t
 
@@ -216,6 +272,8 @@ def step_rewards(
     base = np.asarray(raw, dtype=np.float64) + bonuses
     if cfg.method == "rpg":
         rewards = relative_reward(base, times, rho_hat, cfg.c)
+    elif cfg.method == "fixed-lambda":
+        rewards = relative_reward(base, times, cfg.fixed_lambda)
     else:
         rewards = base
     return StepRewards(rewards, times, bonuses, best, float(rho_hat))

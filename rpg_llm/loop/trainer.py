@@ -145,7 +145,7 @@ class Trainer:
         """This step's ``B`` prompts, parent ids and parent scripts (main process;
         :func:`.rollout.make_prompts`)."""
         c = self.cfg
-        rho = self.accounts.rho_hat if c.method == "rpg" else None
+        rho = c.reward.ranking_rho(self.accounts.rho_hat)
         empty = not self.buffer.top(1, rho, run=c.name)
         seeds = self.backends.baseline_solutions(self.comp.id) if empty else None
         budget, tok = c.sampling.max_prompt_tokens, self.policy.tokenizer

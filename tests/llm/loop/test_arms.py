@@ -1,0 +1,79 @@
+"""The baselines beside RPG and vanilla: the fixed-lambda arm and the 2 x 2 ablation of parent
+ranking x training reward (rpg_llm.loop.rewards), on hand-made outcomes and a hand-made buffer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rpg_llm.config import LoopConfig, apply_flags
+from rpg_llm.loop.buffer import SampleBuffer
+from rpg_llm.loop.rewards import RewardConfig, step_rewards
+from testkit.samples import toy_sample
+
+RAW = np.array([0.8, -10.0, 0.9, 0.5])
+VALID = np.array([True, False, True, True])
+DELTA = np.array([2.0, 0.01, 30.0, 0.05])
+RHO = 0.02
+
+
+def test_fixed_lambda_rewards_by_hand():
+    """lambda = 0.01 per second, timeout 60 s: charged times 2, 60 (invalid), 30, 0.1 (floor);
+    the third sample beats the best so far (0.85) and gets the 0.5 bonus. rho_hat plays no part."""
+    cfg = RewardConfig("fixed-lambda", timeout_s=60, fixed_lambda=0.01)
+    got = step_rewards(RAW, VALID, DELTA, RHO, 0.85, cfg)
+    np.testing.assert_allclose(got.rewards, [0.78, -10.6, 1.1, 0.499])
+    np.testing.assert_allclose(got.charged_times, [2.0, 60.0, 30.0, 0.1])
+    same = step_rewards(RAW, VALID, DELTA, 5.0, 0.85, cfg)  # another rho_hat: same rewards
+    np.testing.assert_allclose(same.rewards, got.rewards)
+
+
+@pytest.mark.parametrize("rank", ["arm", "rate", "raw"])
+@pytest.mark.parametrize("method", ["rpg", "vanilla"])
+def test_ablation_training_reward_does_not_depend_on_parent_ranking(method, rank):
+    """The training reward is the arm's (relative or raw) whatever ranks the parents."""
+    cfg = RewardConfig(method, timeout_s=60, parent_rank=rank)
+    got = step_rewards(RAW, VALID, DELTA, RHO, 0.85, cfg).rewards
+    relative = [0.8 - RHO * 2.0, -10.0 - RHO * 60.0, 1.4 - RHO * 30.0, 0.5 - RHO * 0.1]
+    np.testing.assert_allclose(got, relative if method == "rpg" else [0.8, -10.0, 1.4, 0.5])
+
+
+@pytest.mark.parametrize(
+    ("method", "rank", "lam", "order"),
+    [
+        ("rpg", "arm", 0.0, "CBA"),  # by r - rho_hat * delta
+        ("rpg", "raw", 0.0, "ACB"),  # the ablation: relative reward, parents by r
+        ("vanilla", "arm", 0.0, "ACB"),
+        ("vanilla", "rate", 0.0, "CBA"),  # the ablation: raw reward, parents by rate
+        ("fixed-lambda", "arm", 0.001, "ACB"),  # a small price keeps the slow best first
+        ("fixed-lambda", "arm", 0.1, "BCA"),  # a large one puts the fastest first
+        ("fixed-lambda", "rate", 0.1, "CBA"),
+    ],
+)
+def test_parent_ranking_of_each_arm_on_a_hand_made_buffer(tmp_path, method, rank, lam, order):
+    """A: r 0.9 in 30 s; B: 0.6 in 1 s; C: 0.8 in 4 s. At rho_hat 0.05: A -0.6, B 0.55, C 0.6;
+    at lambda 0.001: A 0.87, B 0.599, C 0.796; at lambda 0.1: A -2.1, B 0.5, C 0.4."""
+    cfg = RewardConfig(method, parent_rank=rank, fixed_lambda=lam)
+    with SampleBuffer(tmp_path / "b.sqlite", capacity=8) as buf:
+        ids = buf.add_many(
+            [toy_sample(0, 0.9, 30.0), toy_sample(1, 0.6, 1.0), toy_sample(2, 0.8, 4.0)]
+        )
+        names = dict(zip(ids, "ABC", strict=True))
+        top = buf.top(3, cfg.ranking_rho(0.05), run="r")
+    assert "".join(names[s.id] for s in top) == order
+
+
+def test_arm_settings_are_checked_together_whatever_the_flag_order():
+    cfg = LoopConfig()
+    got = apply_flags(cfg, {"reward.method": "fixed-lambda", "reward.fixed_lambda": 0.01})
+    assert got.method == "fixed-lambda" and got.reward.fixed_lambda == 0.01
+    got = apply_flags(cfg, {"reward.fixed_lambda": 0.01, "reward.method": "fixed-lambda"})
+    assert got.reward.fixed_lambda == 0.01
+    got = apply_flags(cfg, {"trl.num_generations": 4, "batch_size": 8, "engine": "trl"})
+    assert (got.batch_size, got.trl.num_generations) == (8, 4)
+    with pytest.raises(ValueError, match=r"--fixed-lambda 0.01 applies to --method fixed-lambda"):
+        apply_flags(cfg, {"reward.fixed_lambda": 0.01})
+    with pytest.raises(ValueError, match=r"needs --fixed-lambda > 0 .*got -1.0"):
+        apply_flags(cfg, {"reward.method": "fixed-lambda", "reward.fixed_lambda": -1.0})
+    with pytest.raises(ValueError, match="parent_rank must be one of"):
+        RewardConfig("rpg", parent_rank="best")

@@ -118,9 +118,7 @@ class RewardConfig:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.parent_rank not in PARENT_RANKS:
-            raise ValueError(
-                f"parent_rank must be one of {PARENT_RANKS}, got {self.parent_rank!r}"
-            )
+            raise ValueError(f"parent_rank must be one of {PARENT_RANKS}, got {self.parent_rank!r}")
         if self.time_measure not in TIME_MEASURES:
             raise ValueError(
                 f"time_measure must be one of {TIME_MEASURES}, got {self.time_measure!r}"

@@ -18,7 +18,14 @@ from typing import Any
 
 from rpg_llm.env.prompts import BASELINE_OUTCOME, base_prompt, edit_prompt, improve_prompt
 
-__all__ = ["Rollout", "prompt_hash", "make_prompts", "generate_rollout", "CHAT_TEMPLATE_ROOM"]
+__all__ = [
+    "Rollout",
+    "prompt_hash",
+    "make_prompts",
+    "parent_prompts",
+    "generate_rollout",
+    "CHAT_TEMPLATE_ROOM",
+]
 
 CHAT_TEMPLATE_ROOM = 32  # tokens kept free for the chat template around a prompt
 
@@ -120,11 +127,30 @@ def make_prompts(
             for c in base_codes
         ]
         return prompts, [None] * batch_size, list[str | None](base_codes)
+    prompts = parent_prompts(parents, description, timeout_s, max_prompt_tokens, tokenizer, action)
+    return prompts, [p.id for p in parents], [p.code for p in parents]
+
+
+def parent_prompts(
+    parents: list[Any],
+    description: str,
+    timeout_s: float,
+    max_prompt_tokens: int,
+    tokenizer: Any,
+    action: str = "script",
+) -> list[str]:
+    """The improve prompt (``action="script"``) or edit prompt (``"edit"``) of each stored
+    parent sample: its script, its outcome and measured time, within ``max_prompt_tokens``
+    tokens (the parent's code is cut to fit)."""
+
+    def count(s: str) -> int:
+        return len(tokenizer(s, add_special_tokens=False)["input_ids"])
+
+    budget = max_prompt_tokens - CHAT_TEMPLATE_ROOM
     make = edit_prompt if action == "edit" else improve_prompt
-    prompts = [
+    return [
         make(description, p.code, _outcome_for_prompt(p), timeout_s, budget, count) for p in parents
     ]
-    return prompts, [p.id for p in parents], [p.code for p in parents]
 
 
 def generate_rollout(

@@ -58,7 +58,7 @@ def test_parent_ranking_of_each_arm_on_a_hand_made_buffer(tmp_path, method, rank
         ids = buf.add_many(
             [toy_sample(0, 0.9, 30.0), toy_sample(1, 0.6, 1.0), toy_sample(2, 0.8, 4.0)]
         )
-        names = dict(zip(ids, "ABC", strict=True))
+        names: dict[int | None, str] = dict(zip(ids, "ABC", strict=True))
         top = buf.top(3, cfg.ranking_rho(0.05), run="r")
     assert "".join(names[s.id] for s in top) == order
 

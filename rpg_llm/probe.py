@@ -1,0 +1,273 @@
+"""Did the policy itself move? The trained policy and the SFT-only policy on the same fixed parents.
+
+    python -m rpg_llm.probe RUN_DIR [--answers N] [--parents K] [--seed S]
+
+A run's gains can come from the buffer (which parents are improved) or from the policy (what it
+writes for a given parent). The probe separates the second: it takes ``K`` fixed parents from the
+run's seeded baselines (:func:`fixed_parents`), asks both policies for ``N`` answers to each
+parent's prompt with the same sampling settings and the same random seed, runs and grades every
+answer in the run's sandbox, and compares mean execution time, mean raw reward and mean score of
+the valid answers, and the valid fraction. Nothing is stored in the run's buffer; the answers go
+to ``<RUN_DIR>/probe/probe.csv`` and the comparison to ``<RUN_DIR>/probe/probe.json``.
+
+* SFT-only policy: the run's model with its SFT warm-start weights
+  (``sft_weights.safetensors``; the base model when the run had no SFT);
+* trained policy: the same, with the run's last PPO checkpoint loaded (:meth:`PPOTrainer.load`:
+  LoRA adapters or full weights). Runs of ``--engine trl`` are not supported yet.
+
+Source: the issue's "learning you can see" protocol; the loop's prompts, generation and
+execution are the training loop's own (:mod:`rpg_llm.loop.rollout`, :mod:`rpg_llm.loop.execution`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli
+
+__all__ = ["PROG", "ProbeSummary", "fixed_parents", "summarise", "probe", "main"]
+
+PROG = "python -m rpg_llm.probe"
+PROBE_DIR = "probe"
+PROBE_STEP = -1  # the step number the probe's (never stored) samples carry
+CSV_FIELDS = [
+    "policy",
+    "parent_id",
+    "parent_raw_reward",
+    "parent_time_s",
+    "answer",
+    "status",
+    "score",
+    "raw_reward",
+    "time_s",
+]
+
+
+@dataclass(frozen=True)
+class ProbeSummary:
+    """One policy's answers on the fixed parents.
+
+    Attributes:
+        policy: ``"sft"`` or ``"trained (step N)"``.
+        answers: number of answers (``K * N``).
+        valid_fraction: share of answers that ran and produced a gradable submission.
+        mean_time_s: mean measured execution time of the valid answers, seconds (NaN: none).
+        mean_raw_reward: mean raw reward of the valid answers (NaN: none).
+        mean_score: mean task score of the valid answers, the task's own units (NaN: none).
+    """
+
+    policy: str
+    answers: int
+    valid_fraction: float
+    mean_time_s: float
+    mean_raw_reward: float
+    mean_score: float
+
+
+def fixed_parents(seeds: Sequence[Any], k: int, action: str) -> list[Any]:
+    """``k`` parents spread over the seeded baselines' ranking by raw reward.
+
+    The candidates are the valid step-0 samples (with the edit action, only scripts with
+    editable constants), sorted by (raw reward, id); the parents are the candidates at the
+    ranks ``round(i (n - 1) / (k - 1))``, ``i = 0 .. k - 1`` (weakest to strongest; one: the
+    median). The rule depends on the buffer only, so every arm of a table gets the same parents.
+
+    Raises:
+        ValueError: ``k < 1`` or fewer than ``k`` candidates (the message gives both counts).
+    """
+    from rpg_llm.env.actions import editable_constants
+
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    pool = [s for s in seeds if s.status == "ok"]
+    if action == "edit":
+        pool = [s for s in pool if editable_constants(s.code)]
+    if len(pool) < k:
+        raise ValueError(f"{k} parents asked for, but the run has {len(pool)} candidate seeds")
+    pool.sort(key=lambda s: (s.raw_reward, s.id))
+    if k == 1:
+        return [pool[(len(pool) - 1) // 2]]
+    return [pool[round(i * (len(pool) - 1) / (k - 1))] for i in range(k)]
+
+
+def summarise(policy: str, samples: Sequence[Any]) -> ProbeSummary:
+    """:class:`ProbeSummary` of one policy's unsaved samples (``status == "ok"`` is valid)."""
+    valid = [s for s in samples if s.status == "ok"]
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else math.nan
+
+    return ProbeSummary(
+        policy=policy,
+        answers=len(samples),
+        valid_fraction=len(valid) / len(samples) if samples else math.nan,
+        mean_time_s=mean([s.exec_time for s in valid]),
+        mean_raw_reward=mean([s.raw_reward for s in valid]),
+        mean_score=mean([s.score for s in valid if s.score is not None]),
+    )
+
+
+def probe(
+    run_dir: str | Path,
+    answers: int = 4,
+    parents: int = 4,
+    seed: int = 0,
+    backends: Any = None,
+) -> list[ProbeSummary]:
+    """Probe a finished (or stopped) PPO run; returns ``[sft summary, trained summary]``.
+
+    Args:
+        run_dir: a run folder of ``python -m rpg_llm.run`` with at least one checkpoint.
+        answers: ``N`` answers per parent and policy.
+        parents: ``K`` fixed parents (:func:`fixed_parents`).
+        seed: sampling seed, the same for both policies.
+        backends: :class:`rpg_llm.loop.backends.Backends` (default: the run's own).
+
+    Raises:
+        ValueError: not a run folder, an ``--engine trl`` run, no checkpoint, too few seeds.
+    """
+    import torch
+    from accelerate import Accelerator
+    from safetensors.torch import load_model
+
+    from rpg_llm.config import LoopConfig
+    from rpg_llm.learner.policy import load_policy
+    from rpg_llm.learner.ppo import PPOTrainer
+    from rpg_llm.loop.backends import default_backends
+    from rpg_llm.loop.dist import Dist
+    from rpg_llm.loop.execution import execute_rollout
+    from rpg_llm.loop.rollout import generate_rollout, parent_prompts
+    from rpg_llm.loop.runfolder import RunFolder
+
+    folder = RunFolder(run_dir)
+    if not folder.config_path.exists():
+        raise ValueError(f"{run_dir}: not a run folder (no config.json)")
+    cfg = LoopConfig.from_dict(folder.load_config())
+    if cfg.engine != "ppo":
+        raise ValueError(f"{run_dir}: the probe supports --engine ppo runs, not {cfg.engine}")
+    step = folder.latest_checkpoint()
+    if step is None:
+        raise ValueError(f"{run_dir}: no checkpoint to probe (no finished step)")
+    backends = backends or default_backends(cfg)
+    task = backends.load_task(cfg.task, cfg.data_root)
+    capacity = cfg.buffer_capacity_factor * cfg.batch_size
+    buffer = backends.buffer_cls(folder.buffer_path, capacity=capacity)
+    try:
+        chosen = fixed_parents(buffer.step_samples(cfg.name, 0), parents, cfg.action)
+    finally:
+        buffer.close()
+    dist = Dist(Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available()))
+    policy = load_policy(cfg.model, device=cfg.device or dist.acc.device)
+    if folder.sft_weights_path.exists():
+        load_model(policy.model, str(folder.sft_weights_path), strict=True)
+    description = task.description if cfg.describe else ""
+    tok = policy.tokenizer
+    rows = [p for p in chosen for _ in range(answers)]
+    budget = cfg.sampling.max_prompt_tokens
+    prompts = parent_prompts(rows, description, cfg.timeout_s, budget, tok, cfg.action)
+    sandbox = backends.make_sandbox(cfg.sandbox)
+    executor = backends.make_executor(cfg.executor, cfg.workers)
+
+    def answers_of(model: Any) -> list[Any]:
+        rollout = generate_rollout(
+            PROBE_STEP, prompts, [p.id for p in rows], policy, model, cfg.sampling, seed, dist,
+            cfg.cpu_threads, [p.code for p in rows],
+        )  # fmt: skip
+        samples, _ = execute_rollout(rollout, cfg, task, backends, sandbox, executor)
+        return samples
+
+    try:
+        sft = answers_of(policy.model)
+        trainer = PPOTrainer(
+            policy.model, cfg.ppo, accelerator=dist.acc, temperature=cfg.sampling.temperature
+        )
+        trainer.load(folder.checkpoint_path(step))
+        trained = answers_of(trainer.policy)
+    finally:
+        close = getattr(executor, "shutdown", None) or getattr(executor, "close", None)
+        if close is not None:
+            close()
+    summaries = [summarise("sft", sft), summarise(f"trained (step {step})", trained)]
+    _write(folder.root / PROBE_DIR, rows, [sft, trained], summaries, answers, seed)
+    return summaries
+
+
+def _write(
+    out: Path,
+    parents: list[Any],
+    samples: list[list[Any]],
+    summaries: list[ProbeSummary],
+    answers: int,
+    seed: int,
+) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "probe.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for summary, batch in zip(summaries, samples, strict=True):
+            for i, (p, s) in enumerate(zip(parents, batch, strict=True)):
+                w.writerow(
+                    {
+                        "policy": summary.policy,
+                        "parent_id": p.id,
+                        "parent_raw_reward": p.raw_reward,
+                        "parent_time_s": p.exec_time,
+                        "answer": i % answers,
+                        "status": s.status,
+                        "score": "" if s.score is None else s.score,
+                        "raw_reward": s.raw_reward,
+                        "time_s": s.exec_time,
+                    }
+                )
+    record = {
+        "answers_per_parent": answers,
+        "seed": seed,
+        "parent_ids": sorted({p.id for p in parents}),
+        "parent_rule": "valid seeds (edit: with constants) by (raw reward, id), evenly spaced",
+        "policies": [asdict(s) for s in summaries],
+    }
+    text = json.dumps(record, indent=1, allow_nan=True).replace("NaN", "null")
+    (out / "probe.json").write_text(text + "\n")
+
+
+def _line(s: ProbeSummary) -> str:
+    return (
+        f"{s.policy}: {s.answers} answers, valid {s.valid_fraction:.2f}, mean time "
+        f"{s.mean_time_s:.3g} s, mean raw reward {s.mean_raw_reward:.4g}, mean score "
+        f"{s.mean_score:.4g} (valid answers)"
+    )
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    ap = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("run_dir", help="a run folder of python -m rpg_llm.run")
+    ap.add_argument("--answers", type=int, default=4, help="answers per parent and policy")
+    ap.add_argument("--parents", type=int, default=4, help="fixed parents from the seeds")
+    ap.add_argument("--seed", type=int, default=0, help="sampling seed (both policies)")
+    args = ap.parse_args(argv)
+    at_least("--answers", args.answers, 1)
+    at_least("--parents", args.parents, 1)
+    try:
+        summaries = probe(args.run_dir, args.answers, args.parents, args.seed)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    for s in summaries:
+        print(_line(s))
+    print(f"answers: {Path(args.run_dir) / PROBE_DIR / 'probe.csv'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: exit 2 with one line on a usage error (a bad flag or run folder)."""
+    return run_cli(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

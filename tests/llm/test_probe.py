@@ -1,0 +1,110 @@
+"""rpg_llm.probe: the trained and the SFT-only policy on the same fixed parents, on a real tiny run
+(bbc-news-logloss baselines run and graded; the answers scripted so that the two policies are
+told apart: the first generation call is the SFT policy's, the second the trained one's)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import fixtures_llm
+import pytest
+
+from rpg_llm import probe as probe_mod
+from rpg_llm.loop import train
+from rpg_llm.loop.buffer import SampleBuffer
+from testkit.tiny_trainer import bbc_backends, tiny_edit_config
+
+tiny_model_dir = fixtures_llm.tiny_model_dir
+
+SEEDS = ("logreg_tfidf", "nb_tfidf")
+BAD_EDIT = "```python\nNO_SUCH_NAME = 3\n```"
+
+
+def _scripted(answer):
+    from rpg_llm.learner.policy import Generation
+
+    def fake(policy, query_ids, max_new_tokens, temperature=0.7, **kw):
+        tok = policy.tokenizer
+        texts = [answer(tok.decode(q)) for q in query_ids]
+        ids = [tok(t, add_special_tokens=False)["input_ids"][:max_new_tokens] for t in texts]
+        return Generation(query_ids, ids, texts, 0.01, sum(map(len, ids)))
+
+    return fake
+
+
+def _good_edit(prompt: str) -> str:
+    if "\n- C = " in prompt:
+        return "```python\nC = 3.0\n```"
+    assert "\n- ALPHA = " in prompt
+    return "```python\nALPHA = 0.2\n```"
+
+
+def test_fixed_parents_spread_over_the_ranking():
+    from testkit.samples import toy_sample
+
+    seeds = [toy_sample(i, r, 1.0, code=f"K = {i}\n") for i, r in enumerate([0.5, 0.1, 0.9, 0.3])]
+    seeds.append(toy_sample(9, -10.0, 1.0, status="error", code="K = 9\n"))  # never a parent
+    seeds.append(toy_sample(8, 0.95, 1.0, code="print(8)\n"))  # no constants: edit skips it
+    ids = lambda ps: [p.row + 4 * p.step for p in ps]  # noqa: E731  (toy ids are i)
+    assert ids(probe_mod.fixed_parents(seeds, 3, "edit")) == [1, 0, 2]  # ranks 0, 2 (of 0-3), 3
+    assert ids(probe_mod.fixed_parents(seeds, 1, "edit")) == [3]  # the median rank, (4-1)//2 = 1
+    assert ids(probe_mod.fixed_parents(seeds, 2, "script")) == [1, 8]
+    with pytest.raises(ValueError, match="5 parents asked for, but the run has 4 candidate"):
+        probe_mod.fixed_parents(seeds, 5, "edit")
+
+
+@pytest.mark.slow
+def test_probe_compares_the_two_policies_on_the_same_parents(tiny_model_dir, tmp_path, monkeypatch):
+    import rpg_llm.learner.policy
+
+    run = tmp_path / "run"
+    cfg = tiny_edit_config(tiny_model_dir, steps=1, workers=2, seed_buffer=True)
+    backends = bbc_backends(SEEDS)
+    monkeypatch.setattr(rpg_llm.learner.policy, "generate", _scripted(_good_edit))
+    train(cfg, run, backends=backends, progress=False)
+    before = SampleBuffer(run / "buffer.sqlite", capacity=100).all()
+
+    calls: list[int] = []
+
+    def by_policy(prompt: str) -> str:  # one batch per policy: SFT first, then trained
+        return BAD_EDIT if len(calls) == 1 else _good_edit(prompt)
+
+    real = _scripted(by_policy)
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rpg_llm.learner.policy, "generate", counted)
+    sft, trained = probe_mod.probe(run, answers=2, parents=2, seed=3, backends=backends)
+    assert len(calls) == 2
+    assert (sft.policy, trained.policy) == ("sft", "trained (step 1)")
+    assert (sft.answers, sft.valid_fraction) == (4, 0.0) and math.isnan(sft.mean_time_s)
+    assert (trained.answers, trained.valid_fraction) == (4, 1.0)
+
+    rows = list(csv.DictReader(open(run / "probe" / "probe.csv")))
+    assert len(rows) == 8
+    seeds = sorted((s for s in before if s.step == 0), key=lambda s: (s.raw_reward, s.id))
+    want_parents = [str(s.id) for s in seeds for _ in range(2)]
+    for name in ("sft", "trained (step 1)"):
+        mine = [r for r in rows if r["policy"] == name]
+        assert [r["parent_id"] for r in mine] == want_parents  # the same parents, in rule order
+    good = [r for r in rows if r["policy"] == "trained (step 1)"]
+    assert trained.mean_time_s == pytest.approx(sum(float(r["time_s"]) for r in good) / 4)
+    assert trained.mean_raw_reward == pytest.approx(sum(float(r["raw_reward"]) for r in good) / 4)
+    assert all(r["status"] == "invalid" for r in rows if r["policy"] == "sft")
+    summary = json.loads((run / "probe" / "probe.json").read_text())
+    assert summary["policies"][0]["mean_time_s"] is None
+    assert summary["parent_ids"] == sorted(s.id for s in seeds if s.id is not None)
+    after = SampleBuffer(run / "buffer.sqlite", capacity=100).all()
+    assert after == before  # the probe stores nothing
+
+
+def test_probe_cli_usage_errors(tmp_path, capsys):
+    assert probe_mod.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a run folder" in err
+    assert probe_mod.main([str(tmp_path), "--answers", "0"]) == 2
+    assert "--answers" in capsys.readouterr().err

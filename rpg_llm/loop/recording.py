@@ -54,6 +54,9 @@ class StepRecord:
     of the estimator); ``capped``: responses cut at the token cap; ``best_generated``: the best
     valid raw reward of the policy's own samples so far (seed solutions never count; NaN: none);
     ``best_raw_reward``: the best raw reward of the buffer, seeds included (the bonus threshold);
+    ``valid_mean_time_s`` / ``valid_mean_raw_reward``: mean measured execution time (seconds)
+    and mean raw reward of the step's valid samples (NaN: none valid), what a policy that
+    learns to be faster at equal quality moves;
     ``answers``: the step's answers by what they became
     (:func:`rpg_llm.loop.trainer.answer_counts`: ``edit``, ``changed``, ``script``, ``invalid``).
     With ``--engine trl`` the record is written by the reward call, before TRL's update:
@@ -81,6 +84,8 @@ class StepRecord:
     capped: int = 0
     best_generated: float = float("nan")
     answers: dict[str, int] = field(default_factory=dict)
+    valid_mean_time_s: float = float("nan")
+    valid_mean_raw_reward: float = float("nan")
 
     def flat(self) -> dict[str, Any]:
         d = asdict(self)
@@ -122,6 +127,7 @@ def step_record(
     """The metrics of a step from its samples, :class:`rpg_llm.loop.rewards.StepRewards` and
     times."""
     valid = np.array([s.status == "ok" for s in samples])
+    ok = [s for s in samples if s.status == "ok"]
     return StepRecord(
         step=step,
         rho_hat=sr.rho_hat,
@@ -142,6 +148,8 @@ def step_record(
         infra=int(sum(s.status == "infra" for s in samples)),
         capped=int(rollout.capped),
         best_generated=float(best_generated) if math.isfinite(best_generated) else float("nan"),
+        valid_mean_time_s=float(np.mean([s.exec_time for s in ok])) if ok else float("nan"),
+        valid_mean_raw_reward=float(np.mean([s.raw_reward for s in ok])) if ok else float("nan"),
     )
 
 

@@ -6,15 +6,19 @@ What it does, in order:
 
 1. Checks every flag (usage errors exit 2 with one line naming the flag and the value, before any
    run starts; rpg_core.cli).
-2. For every task x arm (``rpg``, ``vanilla``) x run seed, one run folder
-   ``<out>/runs/<task>/<method>-seed<k>`` made by ``python -m rpg_llm.run`` in a subprocess (so a
-   crash of one run does not end the table; its output goes to ``<out>/logs/...``). Both arms get
+2. For every task x arm (``--arms``, default ``rpg,vanilla``) x run seed, one run folder
+   ``<out>/runs/<task>/<arm>-seed<k>`` made by ``python -m rpg_llm.run`` in a subprocess (so a
+   crash of one run does not end the table; its output goes to ``<out>/logs/...``). All arms get
    the same preset, model, step cap, execution budget, batch, response cap, timeout and action
-   format: only ``--method`` differs. A finished run (its ``metrics.jsonl`` reaches the run's
+   format: only the arm's flags differ (:data:`ARMS`: ``rpg``, ``vanilla``, ``fixed-lambda``
+   with ``--fixed-lambda L``, and the ablation's ``rpg-raw-parents`` and
+   ``vanilla-rate-parents``). A finished run (its ``metrics.jsonl`` reaches the run's
    ``steps``, or its chains have used the execution budget) is skipped; a killed or crashed one
    is continued with ``python -m rpg_llm.run --resume``.
-3. Writes the table (``llm_table.csv``, ``llm_table.md``), the per-run values
-   (``llm_table_runs.csv``) and one budget-curve figure per task
+3. Writes the table (``llm_table.csv``, ``llm_table.md``: each arm's mean +- s.e. and the %
+   improvement of RPG over each other arm; with all four ablation arms, the 2 x 2 table of
+   parent ranking x training reward and its main effects, :func:`ablation_effects`), the
+   per-run values (``llm_table_runs.csv``) and one budget-curve figure per task
    (``figures/<task>/budget_curves.{png,pdf,csv}``, drawn by
    :func:`paper_figures.budget_curves.budget_curves`).
 
@@ -88,6 +92,11 @@ from rpg_core.cli import ArgumentParser, UsageError, comma_list, run_cli
 __all__ = [
     "PROG",
     "METHODS",
+    "ARMS",
+    "ABLATION",
+    "arm_flags",
+    "table_fields",
+    "ablation_effects",
     "TableSettings",
     "QUICK",
     "FULL",
@@ -111,6 +120,22 @@ __all__ = [
 
 PROG = "python -m paper_figures.llm_table"
 METHODS = ("rpg", "vanilla")
+"""The default arms: the paper's two."""
+ARMS: dict[str, tuple[str, ...]] = {
+    "rpg": ("--method", "rpg"),
+    "vanilla": ("--method", "vanilla"),
+    "fixed-lambda": ("--method", "fixed-lambda"),  # + --fixed-lambda from the settings
+    "rpg-raw-parents": ("--method", "rpg", "--parent-rank", "raw"),
+    "vanilla-rate-parents": ("--method", "vanilla", "--parent-rank", "rate"),
+}
+"""Every arm the table can run and the ``rpg_llm.run`` flags that make it."""
+ABLATION = {
+    ("rate", "relative"): "rpg",
+    ("raw", "relative"): "rpg-raw-parents",
+    ("rate", "raw"): "vanilla-rate-parents",
+    ("raw", "raw"): "vanilla",
+}
+"""The 2 x 2 ablation: (parent ranking, training reward) -> arm."""
 ACTIONS = ("script", "edit")
 TUNING_NOTE = (
     "Hyper-parameters: one tuning pass on run seeds the table does not use (900, 901; "
@@ -147,6 +172,9 @@ RUN_FIELDS = [
 class TableSettings:
     """What the table runs. ``max_new_tokens`` / ``timeout_s`` None: the preset's value.
 
+    ``arms``: names from :data:`ARMS` (``rpg`` first; default: rpg and vanilla);
+    ``fixed_lambda``: the fixed-lambda arm's price of time, reward per second (needed with it).
+
     ``exec_budget_s``: the execution budget per chain, seconds (``rpg_llm.run --exec-budget``):
     every run stops once each of its chains has used it (``steps`` is then a cap), and the
     table is read at ``B = exec_budget_s``. None: every run takes ``steps`` steps and ``B`` is
@@ -166,6 +194,8 @@ class TableSettings:
     sft_seed: int | None = 0
     exec_budget_s: float | None = None
     run_args: tuple[str, ...] = field(default_factory=tuple)
+    arms: tuple[str, ...] = METHODS
+    fixed_lambda: float | None = None
 
 
 FULL = TableSettings(
@@ -292,9 +322,13 @@ class TaskRow:
 
     def __init__(self, task: str, raw_reward: str, budget_s: float, arms: dict, runs: list[dict]):
         self.task, self.raw_reward, self.budget_s = task, raw_reward, budget_s
-        self.arms = arms  # method -> (mean, se, n)
+        self.arms = arms  # arm -> (mean, se, n)
         self.runs = runs
-        self.pct = pct_improvement(arms["rpg"][0], arms["vanilla"][0])
+        # % improvement of RPG over each other arm; ``pct``: over vanilla (the paper's column)
+        self.pcts = {
+            m: pct_improvement(arms["rpg"][0], v[0]) for m, v in arms.items() if m != "rpg"
+        }
+        self.pct = self.pcts.get("vanilla", math.nan)
 
     def as_dict(self) -> dict[str, object]:
         d: dict[str, object] = {
@@ -302,11 +336,42 @@ class TaskRow:
             "raw_reward": self.raw_reward,
             "budget_s": _g(self.budget_s),
         }
-        for m in METHODS:
-            mean, se, n = self.arms[m]
+        for m, (mean, se, n) in self.arms.items():
             d |= {f"{m}_n": n, f"{m}_mean": _g(mean), f"{m}_se": _g(se)}
         d["pct_improvement"] = _g(self.pct)
+        for m, p in self.pcts.items():
+            if m != "vanilla":
+                d[f"pct_over_{m}"] = _g(p)
         return d
+
+
+def table_fields(arms: Sequence[str]) -> list[str]:
+    """The columns of ``llm_table.csv`` for ``arms`` (:data:`TABLE_FIELDS` for the default)."""
+    cols = ["task", "raw_reward", "budget_s"]
+    for m in arms:
+        cols += [f"{m}_n", f"{m}_mean", f"{m}_se"]
+    cols.append("pct_improvement")
+    return cols + [f"pct_over_{m}" for m in arms if m not in ("rpg", "vanilla")]
+
+
+def ablation_effects(arms: dict[str, tuple[float, float, int]]) -> dict[str, float] | None:
+    """Main effects of the 2 x 2 ablation (:data:`ABLATION`) from the four arms' means.
+
+    ``parents``: mean over the training reward of (rate-ranked - raw-ranked parents);
+    ``learning``: mean over the parent ranking of (relative - raw training reward);
+    ``interaction``: (rpg - rpg-raw-parents) - (vanilla-rate-parents - vanilla). None when an
+    arm of the four is missing or not finite.
+    """
+    mean = {key: arms[a][0] if a in arms else math.nan for key, a in ABLATION.items()}
+    if not all(math.isfinite(v) for v in mean.values()):
+        return None
+    rr, wr = mean["rate", "relative"], mean["raw", "relative"]
+    rw, ww = mean["rate", "raw"], mean["raw", "raw"]
+    return {
+        "parents": ((rr - wr) + (rw - ww)) / 2,
+        "learning": ((rr - rw) + (wr - ww)) / 2,
+        "interaction": (rr - wr) - (rw - ww),
+    }
 
 
 def task_row(
@@ -314,25 +379,28 @@ def task_row(
     runs: dict[str, dict[int, Sequence]],
     raw_reward: str = "",
     exec_budget_s: float | None = None,
+    arms: Sequence[str] = METHODS,
 ) -> TaskRow:
     """The table row of one task from its finished runs' chains.
 
     Args:
-        runs: method (``rpg`` / ``vanilla``) -> seed -> that run's chains (``rpg_llm.loop.budget``).
+        runs: arm (``rpg``, ``vanilla``, ...) -> seed -> that run's chains
+            (``rpg_llm.loop.budget``).
         raw_reward: what the raw reward is for this task (for the table's label).
         exec_budget_s: the runs' execution budget per chain (:func:`table_budget`); a chain
             with no sample finished within it has no value and is left out of its run's mean
             (the per-run ``n_chains`` says how many had one).
+        arms: the arms of the row, in column order (``rpg`` among them).
 
     Raises:
         ValueError: an arm without a finished run.
     """
-    for m in METHODS:
+    for m in arms:
         if not runs.get(m):
             raise ValueError(f"task {task}: no finished {m} run")
-    budget = table_budget([cs for m in METHODS for cs in runs[m].values()], exec_budget_s)
-    arms, rows = {}, []
-    for m in METHODS:
+    budget = table_budget([cs for m in arms for cs in runs[m].values()], exec_budget_s)
+    cells, rows = {}, []
+    for m in arms:
         vals = []
         for seed in sorted(runs[m]):
             v, n = run_value(runs[m][seed], budget)
@@ -349,8 +417,8 @@ def task_row(
                     "n_ended_before_b": sum(float(c.times[-1]) < budget for c in runs[m][seed]),
                 }
             )
-        arms[m] = mean_se(vals)
-    return TaskRow(task, raw_reward, budget, arms, rows)
+        cells[m] = mean_se(vals)
+    return TaskRow(task, raw_reward, budget, cells, rows)
 
 
 def _g(x: float) -> str:
@@ -367,25 +435,62 @@ def _pct(p: float) -> str:
     return "n/a" if not math.isfinite(p) else f"{p:+.1f}"
 
 
+def _how(rows: Sequence[TaskRow], pcts: Sequence[float], dropped: Sequence[int]) -> str:
+    if len(dropped) != 2:
+        return "plain mean (fewer than 3 tasks: nothing dropped)"
+    hi = rows[max(dropped, key=lambda i: pcts[i])].task
+    lo = rows[min(dropped, key=lambda i: pcts[i])].task
+    return f"after dropping the highest ({hi}) and the lowest ({lo})"
+
+
 def table_markdown(rows: Sequence[TaskRow], average: float, dropped: Sequence[int]) -> str:
-    """The markdown table (task, RPG, vanilla, % improvement) and the average-improvement line."""
+    """The markdown table (task, each arm's mean +- s.e., % improvement of RPG over each other
+    arm) and the average-improvement line of each baseline (``average`` / ``dropped``: over
+    vanilla, from :func:`trimmed_average`)."""
+    arms = list(rows[0].arms)
+    others = [m for m in arms if m != "rpg"]
+    head = " | ".join("RPG" if m == "rpg" else m for m in arms)
+    pct_head = " | ".join("% improv." if m == "vanilla" else f"% over {m}" for m in others)
     lines = [
-        "| task (raw reward, higher is better) | budget (s) | RPG | vanilla | % improv. |",
-        "| --- | --- | --- | --- | --- |",
+        f"| task (raw reward, higher is better) | budget (s) | {head} | {pct_head} |",
+        "| --- | --- | " + " | ".join("---" for _ in arms + others) + " |",
     ]
     for r in rows:
-        lines.append(
-            f"| {r.task} ({r.raw_reward}) | {r.budget_s:.4g} | {_cell(*r.arms['rpg'][:2])} "
-            f"| {_cell(*r.arms['vanilla'][:2])} | {_pct(r.pct)} |"
-        )
-    how = (
-        f"after dropping the highest ({rows[max(dropped, key=lambda i: rows[i].pct)].task}) and "
-        f"the lowest ({rows[min(dropped, key=lambda i: rows[i].pct)].task})"
-        if len(dropped) == 2
-        else "plain mean (fewer than 3 tasks: nothing dropped)"
-    )
-    lines += ["", f"Average improvement: {_pct(average)} % ({how})."]
+        cells = " | ".join(_cell(*r.arms[m][:2]) for m in arms)
+        pcts = " | ".join(_pct(r.pcts[m]) for m in others)
+        lines.append(f"| {r.task} ({r.raw_reward}) | {r.budget_s:.4g} | {cells} | {pcts} |")
+    lines.append("")
+    for m in others:
+        pcts = [r.pcts[m] for r in rows]
+        avg, drop = (average, dropped) if m == "vanilla" else trimmed_average(pcts)
+        label = "Average improvement" if m == "vanilla" else f"Average improvement over {m}"
+        lines.append(f"{label}: {_pct(avg)} % ({_how(rows, pcts, drop)}).")
     return "\n".join(lines) + "\n"
+
+
+def ablation_markdown(rows: Sequence[TaskRow]) -> str:
+    """Per task, the 2 x 2 ablation (:data:`ABLATION`) and its main effects
+    (:func:`ablation_effects`); ``""`` when no row has all four arms."""
+    lines = []
+    for r in rows:
+        eff = ablation_effects(r.arms)
+        if eff is None:
+            continue
+        cell = {k: _cell(*r.arms[a][:2]) for k, a in ABLATION.items()}
+        lines += [
+            f"**{r.task}** (mean best raw reward at B = {r.budget_s:.4g} s)",
+            "",
+            "| parents ranked by | trained on relative reward | trained on raw reward |",
+            "| --- | --- | --- |",
+            f"| r - rho_hat delta | {cell['rate', 'relative']} (rpg) | "
+            f"{cell['rate', 'raw']} (vanilla-rate-parents) |",
+            f"| r | {cell['raw', 'relative']} (rpg-raw-parents) | {cell['raw', 'raw']} (vanilla) |",
+            "",
+            f"Effect of ranking parents by rate: {eff['parents']:+.3f}; of training on the "
+            f"relative reward: {eff['learning']:+.3f}; interaction {eff['interaction']:+.3f}.",
+            "",
+        ]
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------ the runs
@@ -401,8 +506,24 @@ def _run_parser() -> ArgumentParser:
     return p
 
 
+def arm_flags(arm: str, fixed_lambda: float | None = None) -> list[str]:
+    """The ``rpg_llm.run`` flags of ``arm`` (:data:`ARMS`; fixed-lambda adds ``--fixed-lambda``).
+
+    Raises:
+        ValueError: an unknown arm, or fixed-lambda without a ``fixed_lambda`` > 0.
+    """
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; arms: {', '.join(ARMS)}")
+    flags = list(ARMS[arm])
+    if arm == "fixed-lambda":
+        if fixed_lambda is None or not fixed_lambda > 0:
+            raise ValueError(f"arm fixed-lambda needs --fixed-lambda > 0, got {fixed_lambda}")
+        flags += ["--fixed-lambda", repr(float(fixed_lambda))]
+    return flags
+
+
 def _settings_argv(s: TableSettings, spec: RunSpec) -> list[str]:
-    argv = ["--preset", s.preset, "--task", spec.task, "--method", spec.method]
+    argv = ["--preset", s.preset, "--task", spec.task, *arm_flags(spec.method, s.fixed_lambda)]
     argv += ["--seed", str(spec.seed), "--steps", str(s.steps), "--batch-size", str(s.batch_size)]
     seconds = lambda v: repr(float(v))  # noqa: E731
     optional = (  # forwarded only when set: None leaves the preset's value
@@ -446,6 +567,8 @@ _RESERVED = (
     "--out",
     "--resume",
     "--method",
+    "--fixed-lambda",
+    "--parent-rank",
     "--seed",
     "--task",
     "--steps",
@@ -471,6 +594,17 @@ def _check_settings(s: TableSettings) -> None:
             cid = t
         if cid not in known:
             raise UsageError(f"--tasks {t!r} is not an offline competition; known: {known}")
+    for a in s.arms:
+        if a not in ARMS:
+            raise UsageError(f"--arms {a!r} is not an arm; arms: {', '.join(ARMS)}")
+    if not s.arms or s.arms[0] != "rpg" or len(set(s.arms)) != len(s.arms) or len(s.arms) < 2:
+        raise UsageError(
+            f"--arms {','.join(s.arms)}: give rpg first, then at least one other arm, each once"
+        )
+    if "fixed-lambda" in s.arms and not (s.fixed_lambda is not None and s.fixed_lambda > 0):
+        raise UsageError(f"--arms fixed-lambda needs --fixed-lambda > 0, got {s.fixed_lambda}")
+    if s.fixed_lambda is not None and "fixed-lambda" not in s.arms:
+        raise UsageError(f"--fixed-lambda {s.fixed_lambda:g} applies to --arms fixed-lambda only")
     if len(set(s.tasks)) != len(s.tasks):
         raise UsageError(f"--tasks {','.join(s.tasks)} names a task twice")
     if len(set(s.seeds)) != len(s.seeds):
@@ -620,14 +754,14 @@ def write_table(
     rows, written, run_rows = [], [], []
     for task in s.tasks:
         finished = [p for p in specs if p.task == task and run_state(p, cfgs[p]) == "done"]
-        runs: dict[str, dict[int, list]] = {m: {} for m in METHODS}
+        runs: dict[str, dict[int, list]] = {m: {} for m in s.arms}
         for p in finished:
             runs[p.method][p.seed] = read_chains(p.run_dir)
-        if not all(runs[m] for m in METHODS):
+        if not all(runs[m] for m in s.arms):
             print(f"{task}: no table row (an arm has no finished run)")
             continue
         label = _raw_reward_label(task, cfgs[finished[0]])
-        row = task_row(task, runs, label, s.exec_budget_s)
+        row = task_row(task, runs, label, s.exec_budget_s, s.arms)
         for r in row.runs:
             key = (r["method"], r["seed"])
             r["run_dir"] = str(next(p.run_dir for p in finished if (p.method, p.seed) == key))
@@ -639,7 +773,8 @@ def write_table(
         return rows, written
     avg, dropped = trimmed_average([r.pct for r in rows])
     written += list(plot_table(rows, out))
-    written.append(_write_csv(out / "llm_table.csv", [r.as_dict() for r in rows], TABLE_FIELDS))
+    fields = table_fields(s.arms)
+    written.append(_write_csv(out / "llm_table.csv", [r.as_dict() for r in rows], fields))
     written.append(_write_csv(out / "llm_table_runs.csv", run_rows, RUN_FIELDS))
     md = out / "llm_table.md"
     md.write_text(_markdown_document(s, rows, avg, dropped))
@@ -648,20 +783,25 @@ def write_table(
 
 
 def plot_table(rows: Sequence[TaskRow], out: Path) -> tuple[Path, Path]:
-    """Bar chart of the table (per task: RPG and vanilla mean +- s.e. of the run values at the
+    """Bar chart of the table (per task: each arm's mean +- s.e. of the run values at the
     table's budget B, :func:`table_budget`); writes ``<out>/llm_table.png`` and ``.pdf``,
     returns both paths."""
     from paper_figures._common import plt, save_figure
 
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(rows) + 2.0), 3.6))
+    arms = list(rows[0].arms)
+    colors = {"rpg": "tab:red", "vanilla": "tab:blue", "fixed-lambda": "tab:green"}
+    colors |= {"rpg-raw-parents": "tab:orange", "vanilla-rate-parents": "tab:purple"}
+    fig, ax = plt.subplots(figsize=(max(4.0, (0.6 + 0.4 * len(arms)) * len(rows) + 2.0), 3.6))
     x = np.arange(len(rows))
-    for j, (m, color) in enumerate((("rpg", "tab:red"), ("vanilla", "tab:blue"))):
+    width = 0.8 / len(arms)
+    for j, m in enumerate(arms):
         mean = [r.arms[m][0] for r in rows]
         se = [r.arms[m][1] if math.isfinite(r.arms[m][1]) else 0.0 for r in rows]
-        ax.bar(x + (j - 0.5) * 0.38, mean, 0.38, yerr=se, capsize=3, color=color, label=m)
+        shift = (j - (len(arms) - 1) / 2) * width
+        ax.bar(x + shift, mean, width, yerr=se, capsize=3, color=colors.get(m), label=m)
     ax.set_xticks(x, [f"{r.task}\n(B = {r.budget_s:.3g} s)" for r in rows], fontsize=8)
     ax.set_ylabel("mean best raw reward at B")
-    ax.set_title("RPG vs vanilla at the common final budget B (mean ± s.e. over seeds)", fontsize=9)
+    ax.set_title("Arms at the table's budget B (mean ± s.e. over seeds)", fontsize=9)
     ax.axhline(0.0, color="k", lw=0.5)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
@@ -672,7 +812,9 @@ def _markdown_document(s: TableSettings, rows: Sequence[TaskRow], avg: float, dr
     settings = (
         f"preset {s.preset}; model {s.model or 'the preset default'}; steps {s.steps}; batch "
         f"{s.batch_size}; max new tokens {s.max_new_tokens or 'preset'}; max prompt tokens "
-        f"{s.max_prompt_tokens or 'preset'}; timeout "
+        f"{s.max_prompt_tokens or 'preset'}; arms {', '.join(s.arms)}"
+        + (f" (fixed lambda {s.fixed_lambda:g} per s)" if s.fixed_lambda is not None else "")
+        + "; timeout "
         f"{s.timeout_s or 'preset'}; action {s.action or 'run default'}; sft steps "
         f"{s.sft_steps if s.sft_steps is not None else 'run default'}; sft seed "
         f"{s.sft_seed if s.sft_seed is not None else 'the run seed'}; execution budget "
@@ -695,8 +837,13 @@ def _markdown_document(s: TableSettings, rows: Sequence[TaskRow], avg: float, dr
     return (
         "# RPG vs vanilla, the paper's MLE-Bench table in miniature\n\n"
         f"Mean across chains of the best raw reward within {what}; mean ± s.e. over run seeds; "
-        "% improv. = 100 (RPG − vanilla) / |vanilla|.\n\n"
+        "% improv. = 100 (RPG − vanilla) / |vanilla| (likewise over each other arm).\n\n"
         + table_markdown(rows, avg, dropped)
+        + (
+            f"\n## Ablation: choosing parents vs learning\n\n{ab}"
+            if (ab := ablation_markdown(rows))
+            else ""
+        )
         + f"\nChains without a value at B: {left_out}.\n"
         + "\nChains that ended before B (their run hit the step cap first; read at their end): "
         + f"{ended}.\n"
@@ -709,7 +856,7 @@ def _chain_counts(s: TableSettings, rows: Sequence[TaskRow], count) -> str:
     or that ended before B), written "<task> <arm> k of <all chains>"."""
     parts = []
     for r in rows:
-        for m in METHODS:
+        for m in r.arms:
             runs = [x for x in r.runs if x["method"] == m]
             k = sum(count(x) for x in runs)
             parts.append(f"{r.task} {m} {k} of {s.batch_size * len(runs)}")
@@ -767,6 +914,8 @@ def _settings_from_args(args) -> TableSettings:
         sft_seed=args.sft_seed,
         exec_budget_s=_exec_budget(args.exec_budget, base.exec_budget_s),
         run_args=tuple(shlex.split(args.run_args or "")),
+        arms=tuple(a for a in args.arms.split(",") if a) if args.arms else base.arms,
+        fixed_lambda=args.fixed_lambda,
     )
     if not s.tasks:
         raise UsageError(f"--tasks {args.tasks!r} names no task")
@@ -813,6 +962,17 @@ def _parser() -> ArgumentParser:
         "weights are then computed once per task, rpg_llm.learner.sft_cache)",
     )
     p.add_argument("--run-args", default=None, help="extra rpg_llm.run flags, one quoted string")
+    p.add_argument(
+        "--arms",
+        default=None,
+        help=f"comma-separated arms, rpg first (default rpg,vanilla; all: {','.join(ARMS)})",
+    )
+    p.add_argument(
+        "--fixed-lambda",
+        type=float,
+        default=None,
+        help="price of time of the fixed-lambda arm, reward per second",
+    )
     p.add_argument("--points", type=int, default=200, help="budget grid of the figures")
     p.add_argument("--table-only", action="store_true", help="start no run; table from the runs")
     return p
@@ -842,7 +1002,7 @@ def _main(argv: Sequence[str] | None) -> int:
     s = _settings_from_args(args)
     _check_settings(s)
     out = Path(args.out)
-    specs = [RunSpec(t, m, k, out) for t in s.tasks for k in s.seeds for m in METHODS]
+    specs = [RunSpec(t, m, k, out) for t in s.tasks for k in s.seeds for m in s.arms]
     cfgs = {p: _config_for(s, p) for p in specs}  # every value checked before any run starts
     _check_model(cfgs[specs[0]].model)
     for p in specs:
@@ -883,9 +1043,9 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
         names = "; ".join(f"{p} (log {p.log_path})" for p in failed)
         raise RuntimeError(f"{len(failed)} of {len(specs)} runs did not finish: {names}")
     if not rows and args.table_only:
-        raise UsageError(f"--out {out}: no task has a finished run of both arms (--table-only)")
+        raise UsageError(f"--out {out}: no task has a finished run of every arm (--table-only)")
     if not rows:
-        raise RuntimeError("no task has a finished run of both arms: no table")
+        raise RuntimeError("no task has a finished run of every arm: no table")
     return 0
 
 

@@ -57,10 +57,17 @@ class Chain:
 
 
 def run_label(config: dict) -> str:
-    """``"<method> (seeded|unseeded)"`` from a ``config.json`` (any layout)."""
+    """``"<arm> (seeded|unseeded)"`` from a ``config.json`` (any layout): the arm is the method,
+    with the fixed-lambda arm's lambda and a parent ranking other than the arm's own
+    (``"rpg, parents by raw (seeded)"``), so that every arm of a table is its own curve."""
     if isinstance(config.get("label"), str):
         return config["label"]
-    method = config.get("method") or (config.get("reward") or {}).get("method", "?")
+    reward = config.get("reward") or {}
+    method = config.get("method") or reward.get("method", "?")
+    if method == "fixed-lambda" and reward.get("fixed_lambda") is not None:
+        method = f"fixed-lambda {reward['fixed_lambda']:g}/s"
+    if reward.get("parent_rank", "arm") != "arm":
+        method = f"{method}, parents by {reward['parent_rank']}"
     seeded = "seeded" if config.get("seeded", config.get("seed_buffer", False)) else "unseeded"
     return f"{method} ({seeded})"
 

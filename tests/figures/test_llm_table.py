@@ -524,3 +524,90 @@ def test_a_second_table_on_the_same_out_is_refused(tmp_path, tiny_model_dir, cap
         err = _one_line(capsys)
         assert f"--out {out}" in err and "in use" in err
     assert not (out / "runs").exists()  # no run started
+
+
+# -------------------------------------------------------------- arms beyond RPG and vanilla
+
+# the other arms' runs (rows of (exec_time s, raw reward)); B stays 6 s (vanilla0's first sample)
+ARM_HAND = {
+    ("fixed-lambda", 0): [[(2.0, 0.4)], [(2.0, 0.6)]],  # 0.5
+    ("fixed-lambda", 1): [[(1.0, 0.3)], [(1.0, 0.5)]],  # 0.4 -> 0.45 +- 0.05
+    ("rpg-raw-parents", 0): [[(1.0, 0.6)], [(1.0, 0.4)]],  # 0.5
+    ("rpg-raw-parents", 1): [[(1.0, 0.7)], [(1.0, 0.5)]],  # 0.6 -> 0.55 +- 0.05
+    ("vanilla-rate-parents", 0): [[(1.0, 0.5)], [(1.0, 0.3)]],  # 0.4
+    ("vanilla-rate-parents", 1): [[(1.0, 0.2)], [(1.0, 0.4)]],  # 0.3 -> 0.35 +- 0.05
+}
+ALL_ARMS = "rpg,vanilla,fixed-lambda,rpg-raw-parents,vanilla-rate-parents"
+
+
+def test_ablation_effects_by_hand():
+    means = {"rpg": 0.8, "rpg-raw-parents": 0.6, "vanilla-rate-parents": 0.5, "vanilla": 0.4}
+    arms = {a: (v, 0.0, 2) for a, v in means.items()}
+    eff = lt.ablation_effects(arms)
+    assert eff is not None
+    assert eff["parents"] == pytest.approx(((0.8 - 0.6) + (0.5 - 0.4)) / 2)
+    assert eff["learning"] == pytest.approx(((0.8 - 0.5) + (0.6 - 0.4)) / 2)
+    assert eff["interaction"] == pytest.approx((0.8 - 0.6) - (0.5 - 0.4))
+    assert lt.ablation_effects({"rpg": (0.8, 0.0, 2), "vanilla": (0.4, 0.0, 2)}) is None
+
+
+def test_each_arm_runs_with_its_own_flags(tmp_path, tiny_model_dir):
+    argv = _cli_base(tmp_path / "t", tiny_model_dir, "--arms", ALL_ARMS, "--fixed-lambda", "0.01")
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    got = {}
+    for arm in s.arms:
+        cfg = lt._config_for(s, lt.RunSpec("churn-auc", arm, 0, tmp_path))
+        got[arm] = (cfg.method, cfg.reward.parent_rank, cfg.reward.fixed_lambda)
+    assert got == {
+        "rpg": ("rpg", "arm", 0.0),
+        "vanilla": ("vanilla", "arm", 0.0),
+        "fixed-lambda": ("fixed-lambda", "arm", 0.01),
+        "rpg-raw-parents": ("rpg", "raw", 0.0),
+        "vanilla-rate-parents": ("vanilla", "rate", 0.0),
+    }
+
+
+def test_table_of_five_arms_and_the_ablation_by_hand(tmp_path, tiny_model_dir):
+    out = tmp_path / "t"
+    argv = _cli_base(out, tiny_model_dir, "--arms", ALL_ARMS, "--fixed-lambda", "0.01")
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    for (m, k), rows in (HAND | ARM_HAND).items():
+        spec = lt.RunSpec("churn-auc", m, k, out)
+        _make_run(spec.run_dir, lt._config_for(s, spec).to_dict(), rows, steps=1)
+    assert lt.main([*argv, "--table-only"]) == 0
+    with open(out / "llm_table.csv") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert float(row["budget_s"]) == HAND_BUDGET
+    assert float(row["fixed-lambda_mean"]) == pytest.approx(0.45, rel=1e-5)
+    assert float(row["rpg-raw-parents_mean"]) == pytest.approx(0.55, rel=1e-5)
+    assert float(row["vanilla-rate-parents_se"]) == pytest.approx(0.05, rel=1e-5)
+    assert float(row["pct_improvement"]) == pytest.approx(HAND_PCT, rel=1e-5)  # over vanilla
+    assert float(row["pct_over_fixed-lambda"]) == pytest.approx(100 * 0.3 / 0.45, rel=1e-5)
+    assert float(row["pct_over_vanilla-rate-parents"]) == pytest.approx(100 * 0.4 / 0.35, rel=1e-5)
+    md = (out / "llm_table.md").read_text()
+    assert "| RPG | vanilla | fixed-lambda | rpg-raw-parents | vanilla-rate-parents |" in md
+    assert "Ablation: choosing parents vs learning" in md
+    assert "0.550 ± 0.050 (rpg-raw-parents)" in md and "0.325 ± 0.025 (vanilla)" in md
+    # parents ((0.75 - 0.55) + (0.35 - 0.325)) / 2; learning ((0.75 - 0.35) + (0.55 - 0.325)) / 2
+    assert "interaction +0.175" in md
+    assert "Average improvement over fixed-lambda: +66.7 %" in md
+
+
+@pytest.mark.parametrize(
+    "extra, needles",
+    [
+        (["--arms", "vanilla,rpg"], ["--arms", "rpg first"]),
+        (["--arms", "rpg,greedy"], ["--arms", "'greedy'"]),
+        (["--arms", "rpg"], ["--arms", "at least one other"]),
+        (["--arms", "rpg,fixed-lambda"], ["--fixed-lambda > 0"]),
+        (["--fixed-lambda", "0.01"], ["--fixed-lambda 0.01", "--arms fixed-lambda only"]),
+        (["--run-args", "--parent-rank raw"], ["--run-args", "--parent-rank"]),
+    ],
+)
+def test_arm_usage_errors_exit_2_before_any_run(tmp_path, capsys, tiny_model_dir, extra, needles):
+    out = tmp_path / "t"
+    assert lt.main(_cli_base(out, tiny_model_dir, *extra)) == 2
+    err = _one_line(capsys)
+    for n in needles:
+        assert n in err
+    assert not out.exists()

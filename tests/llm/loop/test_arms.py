@@ -77,3 +77,16 @@ def test_arm_settings_are_checked_together_whatever_the_flag_order():
         apply_flags(cfg, {"reward.method": "fixed-lambda", "reward.fixed_lambda": -1.0})
     with pytest.raises(ValueError, match="parent_rank must be one of"):
         RewardConfig("rpg", parent_rank="best")
+
+
+def test_every_arm_is_its_own_budget_curve_label():
+    from rpg_llm.loop.budget import run_label
+
+    def label(**reward):
+        return run_label(LoopConfig(seed_buffer=True, reward=RewardConfig(**reward)).to_dict())
+
+    assert label(method="rpg") == "rpg (seeded)"
+    assert label(method="rpg", parent_rank="raw") == "rpg, parents by raw (seeded)"
+    assert label(method="vanilla", parent_rank="rate") == "vanilla, parents by rate (seeded)"
+    assert label(method="fixed-lambda", fixed_lambda=0.01) == "fixed-lambda 0.01/s (seeded)"
+    assert run_label({"method": "vanilla", "seeded": False}) == "vanilla (unseeded)"

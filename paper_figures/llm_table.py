@@ -20,7 +20,9 @@ What it does, in order:
    parent ranking x training reward and its main effects, :func:`ablation_effects`), the
    per-run values (``llm_table_runs.csv``) and one budget-curve figure per task
    (``figures/<task>/budget_curves.{png,pdf,csv}``, drawn by
-   :func:`paper_figures.budget_curves.budget_curves`).
+   :func:`paper_figures.budget_curves.budget_curves`), and per task and arm the mean time and
+   mean raw reward of the valid generated scripts at every step (``llm_table_steps.csv``,
+   ``figures/<task>/steps.{png,pdf}``; :func:`step_means`).
 
 Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lite tasks"):
 
@@ -81,7 +83,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -97,6 +99,8 @@ __all__ = [
     "arm_flags",
     "table_fields",
     "ablation_effects",
+    "step_means",
+    "plot_steps",
     "TableSettings",
     "QUICK",
     "FULL",
@@ -735,6 +739,71 @@ def _raw_reward_label(task: str, cfg) -> str:
     return "percentile of a lower-is-better score" if comp.lower_is_better else "score"
 
 
+STEP_FIELDS = [
+    "task",
+    "arm",
+    "step",
+    "n_runs",
+    "valid_mean_time_s",
+    "valid_mean_raw_reward",
+    "valid_fraction",
+]
+_STEP_KEYS = ("valid_mean_time_s", "valid_mean_raw_reward", "valid_fraction")
+
+
+def step_means(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
+    """Per arm and training step, the mean over the arm's runs of each run's step metrics
+    (``metrics.jsonl``): mean measured time and mean raw reward of the step's valid samples, and
+    its valid fraction. What a policy that learns to write faster scripts at equal quality moves.
+
+    Args:
+        run_dirs: arm -> its finished run folders.
+
+    Returns:
+        Rows with the fields of :data:`STEP_FIELDS` (NaN, written "nan", where no run of the arm
+        has a value; ``n_runs``: runs that reached the step).
+    """
+    from rpg_llm.loop.runfolder import RunFolder
+
+    rows = []
+    for arm, dirs in run_dirs.items():
+        by_step: dict[int, list[dict]] = {}
+        for d in dirs:
+            for m in RunFolder(d).read_metrics():
+                if int(m.get("step", 0)) >= 1 and "valid_fraction" in m:
+                    by_step.setdefault(int(m["step"]), []).append(m)
+        for step in sorted(by_step):
+            ms = by_step[step]
+            row: dict = {"task": task, "arm": arm, "step": step, "n_runs": len(ms)}
+            for k in _STEP_KEYS:
+                vals = [float(m[k]) for m in ms if isinstance(m.get(k), int | float)]
+                row[k] = _g(float(np.mean(vals)) if vals else math.nan)
+            rows.append(row)
+    return rows
+
+
+def plot_steps(task: str, rows: Sequence[dict], folder: Path) -> tuple[Path, Path]:
+    """Mean time and mean raw reward of the valid generated scripts per step, one line per arm
+    (:func:`step_means` rows); writes ``<folder>/steps.png`` and ``.pdf``."""
+    from paper_figures._common import plt, save_figure
+
+    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(8.0, 3.2))
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        mine = [r for r in rows if r["arm"] == arm]
+        steps = [r["step"] for r in mine]
+        ax_t.plot(steps, [float(r["valid_mean_time_s"]) for r in mine], marker="o", label=arm)
+        ax_r.plot(steps, [float(r["valid_mean_raw_reward"]) for r in mine], marker="o", label=arm)
+    ax_t.set_ylabel("mean time of valid scripts (s)")
+    ax_r.set_ylabel("mean raw reward of valid scripts")
+    for ax in (ax_t, ax_r):
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    ax_r.legend(fontsize=7)
+    fig.suptitle(f"{task}: what each arm generates, per step (mean over runs)", fontsize=9)
+    folder.mkdir(parents=True, exist_ok=True)
+    return save_figure(fig, folder, "steps")
+
+
 def _write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
@@ -751,7 +820,7 @@ def write_table(
     from paper_figures.budget_curves import budget_curves
     from rpg_llm.loop.budget import read_chains
 
-    rows, written, run_rows = [], [], []
+    rows, written, run_rows, step_rows = [], [], [], []
     for task in s.tasks:
         finished = [p for p in specs if p.task == task and run_state(p, cfgs[p]) == "done"]
         runs: dict[str, dict[int, list]] = {m: {} for m in s.arms}
@@ -769,6 +838,11 @@ def write_table(
         run_rows += row.runs
         dirs = [p.run_dir for p in finished]
         written += list(budget_curves(dirs, out / "figures" / task, points))
+        per_arm = {m: [p.run_dir for p in finished if p.method == m] for m in s.arms}
+        steps = step_means(task, per_arm)
+        if steps:
+            step_rows += steps
+            written += list(plot_steps(task, steps, out / "figures" / task))
     if not rows:
         return rows, written
     avg, dropped = trimmed_average([r.pct for r in rows])
@@ -776,6 +850,8 @@ def write_table(
     fields = table_fields(s.arms)
     written.append(_write_csv(out / "llm_table.csv", [r.as_dict() for r in rows], fields))
     written.append(_write_csv(out / "llm_table_runs.csv", run_rows, RUN_FIELDS))
+    if step_rows:
+        written.append(_write_csv(out / "llm_table_steps.csv", step_rows, STEP_FIELDS))
     md = out / "llm_table.md"
     md.write_text(_markdown_document(s, rows, avg, dropped))
     written.append(md)

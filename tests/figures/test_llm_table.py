@@ -611,3 +611,38 @@ def test_arm_usage_errors_exit_2_before_any_run(tmp_path, capsys, tiny_model_dir
     for n in needles:
         assert n in err
     assert not out.exists()
+
+
+def test_step_means_by_hand(tmp_path):
+    from rpg_llm.loop.runfolder import RunFolder
+
+    def run(name, lines):
+        folder = RunFolder(tmp_path / name)
+        folder.create({"task": "churn-auc"})
+        folder.append_metrics({"sft/loss": 1.0, "sft_step": 1, "step": 0})  # not a step
+        for line in lines:
+            folder.append_metrics(line)
+        return folder.root
+
+    def m(step, t, r, v):
+        return {
+            "step": step,
+            "valid_mean_time_s": t,
+            "valid_mean_raw_reward": r,
+            "valid_fraction": v,
+        }
+
+    a0 = run("a0", [m(1, 2.0, 0.5, 1.0), m(2, 4.0, 0.7, 0.5)])
+    a1 = run("a1", [m(1, 3.0, 0.3, 0.5), m(2, None, None, 0.0)])  # step 2: nothing valid
+    b0 = run("b0", [m(1, 1.0, 0.2, 1.0)])
+    rows = lt.step_means("churn-auc", {"rpg": [a0, a1], "vanilla": [b0]})
+    got = {(r["arm"], r["step"]): r for r in rows}
+    assert sorted(got) == [("rpg", 1), ("rpg", 2), ("vanilla", 1)]
+    assert float(got["rpg", 1]["valid_mean_time_s"]) == pytest.approx(2.5)
+    assert float(got["rpg", 1]["valid_mean_raw_reward"]) == pytest.approx(0.4)
+    assert float(got["rpg", 1]["valid_fraction"]) == pytest.approx(0.75)
+    assert got["rpg", 2]["n_runs"] == 2 and float(got["rpg", 2]["valid_mean_time_s"]) == 4.0
+    assert float(got["rpg", 2]["valid_fraction"]) == pytest.approx(0.25)
+    assert got["vanilla", 1]["n_runs"] == 1
+    png, pdf = lt.plot_steps("churn-auc", rows, tmp_path / "fig")
+    assert png.stat().st_size > 0 and pdf.exists()

@@ -22,7 +22,9 @@ What it does, in order:
    (``figures/<task>/budget_curves.{png,pdf,csv}``, drawn by
    :func:`paper_figures.budget_curves.budget_curves`), and per task and arm the mean time and
    mean raw reward of the valid generated scripts at every step (``llm_table_steps.csv``,
-   ``figures/<task>/steps.{png,pdf}``; :func:`step_means`).
+   ``figures/<task>/steps.{png,pdf}``; :func:`step_means`). With ``--probe N`` every finished
+   run is probed (:mod:`rpg_llm.probe`: the trained and the SFT-only policy answer the same
+   fixed parents) and ``llm_table_probe.{csv,png,pdf}`` show trained minus SFT per task and arm.
 
 Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lite tasks"):
 
@@ -77,6 +79,7 @@ output repeats this (:data:`TUNING_NOTE`).
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import shlex
@@ -101,6 +104,8 @@ __all__ = [
     "ablation_effects",
     "step_means",
     "plot_steps",
+    "probe_rows",
+    "plot_probe",
     "TableSettings",
     "QUICK",
     "FULL",
@@ -178,6 +183,8 @@ class TableSettings:
 
     ``arms``: names from :data:`ARMS` (``rpg`` first; default: rpg and vanilla);
     ``fixed_lambda``: the fixed-lambda arm's price of time, reward per second (needed with it).
+    ``probe_answers``: > 0 probes every finished run (``python -m rpg_llm.probe`` with that many
+    answers for each of ``probe_parents`` fixed parents); 0: no probe.
 
     ``exec_budget_s``: the execution budget per chain, seconds (``rpg_llm.run --exec-budget``):
     every run stops once each of its chains has used it (``steps`` is then a cap), and the
@@ -200,6 +207,8 @@ class TableSettings:
     run_args: tuple[str, ...] = field(default_factory=tuple)
     arms: tuple[str, ...] = METHODS
     fixed_lambda: float | None = None
+    probe_answers: int = 0
+    probe_parents: int = 4
 
 
 FULL = TableSettings(
@@ -804,6 +813,82 @@ def plot_steps(task: str, rows: Sequence[dict], folder: Path) -> tuple[Path, Pat
     return save_figure(fig, folder, "steps")
 
 
+PROBE_FIELDS = [
+    "task",
+    "arm",
+    "seed",
+    "policy",
+    "answers",
+    "valid_fraction",
+    "mean_time_s",
+    "mean_raw_reward",
+    "mean_score",
+]
+
+
+def _probe_run(s: TableSettings, spec: RunSpec) -> int:
+    """Probe one finished run unless ``probe/probe.json`` exists; returns the exit status."""
+    if (spec.run_dir / "probe" / "probe.json").exists():
+        return 0
+    cmd = [sys.executable, "-m", "rpg_llm.probe", str(spec.run_dir)]
+    cmd += ["--answers", str(s.probe_answers), "--parents", str(s.probe_parents)]
+    with open(spec.log_path, "a") as log:
+        log.write(f"$ {shlex.join(cmd)}\n")
+        log.flush()
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def probe_rows(specs: Sequence[RunSpec]) -> list[dict]:
+    """The probe summaries (``<run>/probe/probe.json``, :mod:`rpg_llm.probe`) of the runs that
+    have one, one row per run and policy (fields :data:`PROBE_FIELDS`; null means -> "nan")."""
+    rows = []
+    for p in specs:
+        path = p.run_dir / "probe" / "probe.json"
+        if not path.exists():
+            continue
+        for pol in json.loads(path.read_text())["policies"]:
+            row = {"task": p.task, "arm": p.method, "seed": p.seed}
+            row |= {"policy": "sft" if pol["policy"] == "sft" else "trained"}
+            row["answers"] = pol["answers"]
+            for k in ("valid_fraction", "mean_time_s", "mean_raw_reward", "mean_score"):
+                v = pol[k]
+                row[k] = _g(math.nan if v is None else float(v))
+            rows.append(row)
+    return rows
+
+
+def plot_probe(rows: Sequence[dict], out: Path) -> tuple[Path, Path]:
+    """Per task and arm, trained minus SFT-only policy on the same fixed parents: mean time of
+    the valid answers (s), their mean raw reward and the valid fraction, mean over the arm's
+    probed runs (:func:`probe_rows`); writes ``<out>/llm_table_probe.{png,pdf}``."""
+    from paper_figures._common import plt, save_figure
+
+    keys = sorted({(r["task"], r["arm"]) for r in rows})
+    what = (("mean_time_s", "Δ mean time (s)"), ("mean_raw_reward", "Δ mean raw reward"))
+    what += (("valid_fraction", "Δ valid fraction"),)
+    fig, axes = plt.subplots(1, 3, figsize=(11.0, 0.35 * len(keys) + 2.0))
+    for ax, (k, title) in zip(axes, what, strict=True):
+        deltas = []
+        for task, arm in keys:
+            by_seed: dict[int, dict[str, float]] = {}
+            for r in rows:
+                if (r["task"], r["arm"]) == (task, arm):
+                    by_seed.setdefault(r["seed"], {})[r["policy"]] = float(r[k])
+            d = [v["trained"] - v["sft"] for v in by_seed.values() if len(v) == 2]
+            d = [x for x in d if math.isfinite(x)]
+            deltas.append(float(np.mean(d)) if d else 0.0)
+        ax.barh(range(len(keys)), deltas, color="tab:gray")
+        ax.axvline(0.0, color="k", lw=0.5)
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(keys)), [f"{t} {a}" for t, a in keys], fontsize=7)
+    for ax in axes[1:]:
+        ax.set_yticks([])
+    fig.suptitle("Did the policy move? trained minus SFT-only, same fixed parents", fontsize=9)
+    return save_figure(fig, out, "llm_table_probe")
+
+
 def _write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
@@ -852,8 +937,13 @@ def write_table(
     written.append(_write_csv(out / "llm_table_runs.csv", run_rows, RUN_FIELDS))
     if step_rows:
         written.append(_write_csv(out / "llm_table_steps.csv", step_rows, STEP_FIELDS))
+    probed = probe_rows([p for p in specs if p.task in {r.task for r in rows}])
+    if probed:
+        written.append(_write_csv(out / "llm_table_probe.csv", probed, PROBE_FIELDS))
+        written += list(plot_probe(probed, out))
     md = out / "llm_table.md"
-    md.write_text(_markdown_document(s, rows, avg, dropped))
+    time_measure = cfgs[specs[0]].reward.time_measure
+    md.write_text(_markdown_document(s, rows, avg, dropped, time_measure))
     written.append(md)
     return rows, written
 
@@ -884,12 +974,16 @@ def plot_table(rows: Sequence[TaskRow], out: Path) -> tuple[Path, Path]:
     return save_figure(fig, out, "llm_table")
 
 
-def _markdown_document(s: TableSettings, rows: Sequence[TaskRow], avg: float, dropped) -> str:
+def _markdown_document(
+    s: TableSettings, rows: Sequence[TaskRow], avg: float, dropped, time_measure: str = "wall"
+) -> str:
     settings = (
         f"preset {s.preset}; model {s.model or 'the preset default'}; steps {s.steps}; batch "
         f"{s.batch_size}; max new tokens {s.max_new_tokens or 'preset'}; max prompt tokens "
         f"{s.max_prompt_tokens or 'preset'}; arms {', '.join(s.arms)}"
         + (f" (fixed lambda {s.fixed_lambda:g} per s)" if s.fixed_lambda is not None else "")
+        + f"; time measure {time_measure} seconds of each script"
+        + (" (user + system CPU, children included)" if time_measure == "cpu" else "")
         + "; timeout "
         f"{s.timeout_s or 'preset'}; action {s.action or 'run default'}; sft steps "
         f"{s.sft_steps if s.sft_steps is not None else 'run default'}; sft seed "
@@ -992,6 +1086,8 @@ def _settings_from_args(args) -> TableSettings:
         run_args=tuple(shlex.split(args.run_args or "")),
         arms=tuple(a for a in args.arms.split(",") if a) if args.arms else base.arms,
         fixed_lambda=args.fixed_lambda,
+        probe_answers=args.probe,
+        probe_parents=args.probe_parents,
     )
     if not s.tasks:
         raise UsageError(f"--tasks {args.tasks!r} names no task")
@@ -1001,6 +1097,10 @@ def _settings_from_args(args) -> TableSettings:
         raise UsageError(f"--max-prompt-tokens must be >= 1, got {args.max_prompt_tokens}")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    if args.probe < 0 or args.probe_parents < 1:
+        raise UsageError(
+            f"--probe must be >= 0 and --probe-parents >= 1, got {args.probe}, {args.probe_parents}"
+        )
     if args.points < 2:
         raise UsageError(f"--points must be >= 2, got {args.points}")
     return s
@@ -1050,6 +1150,15 @@ def _parser() -> ArgumentParser:
         help="price of time of the fixed-lambda arm, reward per second",
     )
     p.add_argument("--points", type=int, default=200, help="budget grid of the figures")
+    p.add_argument(
+        "--probe",
+        type=int,
+        default=0,
+        metavar="N",
+        help="probe every finished run: N answers per fixed parent from the trained and the "
+        "SFT-only policy (python -m rpg_llm.probe); 0: no probe",
+    )
+    p.add_argument("--probe-parents", type=int, default=4, help="fixed parents of the probe")
     p.add_argument("--table-only", action="store_true", help="start no run; table from the runs")
     return p
 
@@ -1103,6 +1212,13 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
         print(f"[{i}/{len(specs)}] {p}: exit {rc} after {wall:.1f} s", flush=True)
         if rc != 0 or run_state(p, cfgs[p]) != "done":
             failed.append(p)
+    if s.probe_answers and not args.table_only:
+        for i, p in enumerate(specs, 1):
+            if p not in failed and run_state(p, cfgs[p]) == "done":
+                rc = _probe_run(s, p)
+                print(f"[{i}/{len(specs)}] {p}: probe exit {rc} ({p.run_dir / 'probe'})")
+                if rc != 0:
+                    failed.append(p)
     rows, written = write_table(s, specs, cfgs, out, args.points)
     if rows:
         avg, dropped = trimmed_average([r.pct for r in rows])

@@ -646,3 +646,67 @@ def test_step_means_by_hand(tmp_path):
     assert got["vanilla", 1]["n_runs"] == 1
     png, pdf = lt.plot_steps("churn-auc", rows, tmp_path / "fig")
     assert png.stat().st_size > 0 and pdf.exists()
+
+
+def test_probe_rows_and_figure_from_hand_made_probes(tmp_path):
+    def write(arm, seed, sft, trained):
+        spec = lt.RunSpec("churn-auc", arm, seed, tmp_path)
+        (spec.run_dir / "probe").mkdir(parents=True)
+        pols = [
+            {"policy": "sft", "answers": 8, "valid_fraction": sft[0], "mean_time_s": sft[1],
+             "mean_raw_reward": sft[2], "mean_score": None},
+            {"policy": "trained (step 3)", "answers": 8, "valid_fraction": trained[0],
+             "mean_time_s": trained[1], "mean_raw_reward": trained[2], "mean_score": 0.5},
+        ]  # fmt: skip
+        (spec.run_dir / "probe" / "probe.json").write_text(json.dumps({"policies": pols}))
+        return spec
+
+    specs = [write("rpg", 0, (1.0, 4.0, 0.5), (1.0, 3.0, 0.6))]
+    specs.append(write("vanilla", 0, (0.5, 2.0, 0.4), (0.75, 2.5, 0.4)))
+    specs.append(lt.RunSpec("churn-auc", "vanilla", 1, tmp_path))  # not probed: no rows
+    rows = lt.probe_rows(specs)
+    assert [(r["arm"], r["policy"]) for r in rows] == [
+        ("rpg", "sft"), ("rpg", "trained"), ("vanilla", "sft"), ("vanilla", "trained")
+    ]  # fmt: skip
+    assert rows[1]["mean_time_s"] == "3" and rows[0]["mean_score"] == "nan"
+    assert float(rows[3]["valid_fraction"]) - float(rows[2]["valid_fraction"]) == 0.25
+    png, pdf = lt.plot_probe(rows, tmp_path)
+    assert png.name == "llm_table_probe.png" and png.stat().st_size > 0 and pdf.exists()
+
+
+def test_probe_flags_are_checked(tmp_path, capsys, tiny_model_dir):
+    out = tmp_path / "t"
+    assert lt.main(_cli_base(out, tiny_model_dir, "--probe", "-1")) == 2
+    assert "--probe must be >= 0" in _one_line(capsys)
+    argv = _cli_base(out, tiny_model_dir, "--probe", "3", "--probe-parents", "2")
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    assert (s.probe_answers, s.probe_parents) == (3, 2)
+
+
+def test_probe_runs_after_the_finished_runs_and_feeds_the_table(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    out = tmp_path / "t"
+    argv = _cli_base(out, tiny_model_dir, "--probe", "2")
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    for (m, k), rows in HAND.items():
+        spec = lt.RunSpec("churn-auc", m, k, out)
+        _make_run(spec.run_dir, lt._config_for(s, spec).to_dict(), rows, steps=1)
+    probed = []
+
+    def fake_probe(settings, spec):
+        probed.append((spec.method, spec.seed, settings.probe_answers))
+        pol = {"answers": 8, "valid_fraction": 1.0, "mean_time_s": 2.0, "mean_raw_reward": 0.5}
+        pols = [pol | {"policy": "sft", "mean_score": 0.1}]
+        pols.append(pol | {"policy": "trained (step 1)", "mean_score": 0.2, "mean_time_s": 1.0})
+        (spec.run_dir / "probe").mkdir()
+        (spec.run_dir / "probe" / "probe.json").write_text(json.dumps({"policies": pols}))
+        return 0
+
+    monkeypatch.setattr(lt, "_probe_run", fake_probe)
+    assert lt.main(argv) == 0
+    assert sorted(probed) == [("rpg", 0, 2), ("rpg", 1, 2), ("vanilla", 0, 2), ("vanilla", 1, 2)]
+    with open(out / "llm_table_probe.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 8 and {r["mean_time_s"] for r in rows} == {"2", "1"}
+    assert (out / "llm_table_probe.png").exists()

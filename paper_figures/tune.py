@@ -41,7 +41,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from paper_figures._protocol import (
@@ -362,6 +362,18 @@ def _record_unit(
     )
 
 
+def _unfinished_units(plan: dict, results: dict) -> Iterator[tuple[Cell, str]]:
+    """The plan's (cell, agent) units not stored in ``results['cells']``, in plan order; the
+    stored ones are named on stderr with their best point."""
+    for cell in plan["cells"]:
+        for name in plan["agents"]:
+            stored = results["cells"].get(cell.key, {})
+            if name in stored:
+                print(f"{cell.key} {name}: stored, best {stored[name]['best']}", file=sys.stderr)
+                continue
+            yield cell, name
+
+
 def _tune_on_ray(plan: dict, results: dict, command: str, progress: bool) -> None:
     """Every unfinished slice of every unit as one Ray task (``_ray.run_tasks``), the results
     stored as the tasks finish.
@@ -381,37 +393,32 @@ def _tune_on_ray(plan: dict, results: dict, command: str, progress: bool) -> Non
         tqdm.write(text, file=sys.stderr)
 
     jobs, owner, done, waiting = [], [], {}, {}
-    for cell in plan["cells"]:
-        for name in plan["agents"]:
-            stored = results["cells"].get(cell.key, {})
-            if name in stored:
-                print(f"{cell.key} {name}: stored, best {stored[name]['best']}", file=sys.stderr)
-                continue
-            grid = plan["grids"][name]
-            n_points = len(grid_points(grid))
-            per_call = plan["points_per_call"] or n_points
-            unit = results.get("partial", {}).get(cell.key, {}).get(name)
-            done[cell.key, name] = unit or {"grid": [], "lanes": 0, "wall_s": 0.0}
-            waiting[cell.key, name] = {}
-            first = len(done[cell.key, name]["grid"])
-            if first >= n_points:  # every slice stored before a kill: only the record is missing
-                unit = _close_unit(name, cell, results, done[cell.key, name])
-                _record_unit(name, cell, unit, plan, results, command)
-                continue
-            for start in range(first, n_points, per_call):
-                jobs.append(
-                    {
-                        "agent_name": name,
-                        "cell": cell,
-                        "grid": grid,
-                        "seeds": plan["seeds"],
-                        "n_steps": plan["protocol"]["n_steps"],
-                        "progress": False,
-                        "start": start,
-                        "stop": min(start + per_call, n_points),
-                    }
-                )
-                owner.append((cell, name))
+    for cell, name in _unfinished_units(plan, results):
+        grid = plan["grids"][name]
+        n_points = len(grid_points(grid))
+        per_call = plan["points_per_call"] or n_points
+        unit = results.get("partial", {}).get(cell.key, {}).get(name)
+        done[cell.key, name] = unit or {"grid": [], "lanes": 0, "wall_s": 0.0}
+        waiting[cell.key, name] = {}
+        first = len(done[cell.key, name]["grid"])
+        if first >= n_points:  # every slice stored before a kill: only the record is missing
+            unit = _close_unit(name, cell, results, done[cell.key, name])
+            _record_unit(name, cell, unit, plan, results, command)
+            continue
+        for start in range(first, n_points, per_call):
+            jobs.append(
+                {
+                    "agent_name": name,
+                    "cell": cell,
+                    "grid": grid,
+                    "seeds": plan["seeds"],
+                    "n_steps": plan["protocol"]["n_steps"],
+                    "progress": False,
+                    "start": start,
+                    "stop": min(start + per_call, n_points),
+                }
+            )
+            owner.append((cell, name))
     desc = f"tune on Ray ({len(jobs)} slices)"
     for i, part in _ray.run_tasks(
         "paper_figures.tune", "tune_unit", jobs, desc=desc, progress=progress
@@ -448,14 +455,9 @@ def _main(argv: Sequence[str] | None) -> int:
     from rpg_jax.config import setup_jax
 
     setup_jax()
-    for cell in plan["cells"]:
-        for name in plan["agents"]:
-            stored = results["cells"].get(cell.key, {})
-            if name in stored:
-                print(f"{cell.key} {name}: stored, best {stored[name]['best']}", file=sys.stderr)
-                continue
-            unit = _tune_in_slices(name, cell, plan, results, progress=not args.no_progress)
-            _record_unit(name, cell, unit, plan, results, command)
+    for cell, name in _unfinished_units(plan, results):
+        unit = _tune_in_slices(name, cell, plan, results, progress=not args.no_progress)
+        _record_unit(name, cell, unit, plan, results, command)
     print(f"results in {plan['out']}")
     return 0
 

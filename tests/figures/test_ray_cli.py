@@ -25,13 +25,46 @@ CUCB_GRID = ["--grid", "c1=0.1,10", "--grid", "c2=0.001,1"]
 PG_GRID = ["--grid", "lr=0.3,3", "--grid", "age_bound=60,4000"]
 
 
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray instance for the module, started by the entry points' own
+    ``_ray.connect("local")`` (Ray's start-up and each worker's JAX compilations are paid
+    once). Its workers inherit the driver's environment: the tests' compilation cache and this
+    checkout first on the import path."""
+    import ray
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RPG_JAX_CACHE", str(REPO_ROOT / ".jax_cache"))
+        path = os.environ.get("PYTHONPATH")
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(REPO_ROOT), *([path] if path else [])]))
+        _ray.connect("local")
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
+
+
+class _Session:
+    """What ``_ray.connect`` returns inside these tests: the module's Ray, whose ``shutdown``
+    at the end of a command leaves it running for the next test."""
+
+    def shutdown(self) -> None:
+        pass
+
+
 @pytest.fixture
-def worker_env(monkeypatch):
-    """Local Ray workers inherit the driver's environment: the tests' compilation cache and
-    this worktree first on the import path."""
+def worker_env(local_ray, monkeypatch):
+    """The entry points' ``--ray local`` joins the module's running instance."""
+    connected = []
+
+    def connect(value, flag="--ray"):
+        assert value == "local" and local_ray.is_initialized()
+        connected.append(value)
+        return _Session()
+
+    monkeypatch.setattr(_ray, "connect", connect)
     monkeypatch.setenv("RPG_JAX_CACHE", str(REPO_ROOT / ".jax_cache"))
-    path = os.environ.get("PYTHONPATH")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO_ROOT), *([path] if path else [])]))
+    return connected
 
 
 @pytest.mark.parametrize("module", ["tune", "regret_vs_arms"])
@@ -210,9 +243,7 @@ def test_a_failed_task_raises_one_line_naming_the_unit(worker_env):
     job = {"agent_name": "cucb-tuned", "cell": Cell("E4", 3, 4), "grid": {"c1": [1.0], "c2": [1.0]}}
     job |= {"seeds": [900], "n_steps": 8, "start": 5, "stop": 6}  # no point there: ValueError
     _ray.connect("local")
-    try:
-        with pytest.raises(RuntimeError) as info:
-            list(_ray.run_tasks("paper_figures.tune", "tune_unit", [job], desc="t", progress=False))
-    finally:
-        ray.shutdown()
+    assert ray.is_initialized()
+    with pytest.raises(RuntimeError) as info:
+        list(_ray.run_tasks("paper_figures.tune", "tune_unit", [job], desc="t", progress=False))
     assert str(info.value) == "t: unit 0 failed on Ray: ValueError: no grid point in the slice 5:6"

@@ -549,7 +549,7 @@ SPECS: dict[str, OfflineSpec] = {
                 _grid("family", MODEL=["hgb"], SUBSAMPLE=[0.1, 0.25, 0.5]),
                 _grid("family", MODEL=["hgb"], FOLDS=[5]),
                 _grid("family", MODEL=["rf"], N_ESTIMATORS=[50, 100, 200, 500]),
-                _grid("family", MODEL=["rf"], N_ESTIMATORS=[100], MIN_SAMPLES_LEAF=[5, 20]),
+                _grid("family", MODEL=["rf"], N_ESTIMATORS=[100], MIN_SAMPLES_LEAF=[1, 20]),
                 _grid("family", MODEL=["rf"], N_ESTIMATORS=[100], MAX_DEPTH=[8, 16]),
             ),
             seeds=_FAMILY_SEEDS["flights-delay-auc"],

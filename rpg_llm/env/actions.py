@@ -27,8 +27,10 @@ replaced by any value (``max_depth=None`` is the usual "no limit"). Floats must 
 from __future__ import annotations
 
 import ast
+import io
 import math
 import re
+import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -43,6 +45,7 @@ __all__ = [
     "EditError",
     "NO_BLOCK_TEXT",
     "editable_constants",
+    "declared_choices",
     "parse_edit",
     "apply_edit",
     "is_edit_block",
@@ -66,6 +69,8 @@ class Constant(NamedTuple):
         line: 1-based line of the assignment.
         start, end: byte offsets (UTF-8) of the value expression in the source: replacing
             ``source_bytes[start:end]`` changes the value and nothing else.
+        comment: the comment that ends the assignment's last line, without ``#`` and stripped
+            (``""`` for none), e.g. ``'one of "hgb", "knn", "ridge"'`` or ``"rf: trees"``.
     """
 
     name: str
@@ -73,6 +78,7 @@ class Constant(NamedTuple):
     line: int
     start: int
     end: int
+    comment: str = ""
 
 
 class EditError(ValueError):
@@ -169,6 +175,7 @@ def editable_constants(code: str) -> dict[str, Constant]:
     except SyntaxError:
         return {}
     counts: dict[str, int] = {}
+    comments = _line_comments(code)
     for node in tree.body:
         if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             bound = _assigned_names(node)
@@ -201,8 +208,46 @@ def editable_constants(code: str) -> dict[str, Constant]:
         v = node.value
         start = offsets[v.lineno - 1] + v.col_offset
         end = offsets[(v.end_lineno or v.lineno) - 1] + (v.end_col_offset or 0)
-        out[name] = Constant(name, value, node.lineno, start, end)
+        last = v.end_lineno or v.lineno
+        out[name] = Constant(name, value, node.lineno, start, end, comments.get(last, ""))
     return out
+
+
+def _line_comments(code: str) -> dict[int, str]:
+    """1-based line -> the text of the comment on it (without ``#``, stripped); ``{}`` when the
+    source does not tokenize."""
+    out: dict[int, str] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type == tokenize.COMMENT:
+                out[tok.start[0]] = tok.string[1:].strip()
+    except (tokenize.TokenError, SyntaxError):
+        return {}
+    return out
+
+
+_QUOTED_RE = re.compile(r"\"([^\"\\]*)\"|'([^'\\]*)'")
+
+
+def declared_choices(constant: Constant) -> tuple[str, ...]:
+    """The values a string constant declares for itself in its line comment.
+
+    A script states the options of a switch beside it, e.g.
+    ``MODEL = "ridge"  # one of "hgb", "knn", "rf", "ridge", "tree"``: the choices are the quoted
+    strings of the comment (either quote), in order, without repeats, when the constant's value
+    is a ``str``, the comment quotes at least two strings and the current value is one of them
+    (so a comment that merely quotes something is not read as a list of options).
+
+    Returns:
+        The declared values (the current one included), or ``()`` when there are none.
+    """
+    if not isinstance(constant.value, str) or not constant.comment:
+        return ()
+    found = [a or b for a, b in _QUOTED_RE.findall(constant.comment)]
+    choices = tuple(dict.fromkeys(found))
+    if len(choices) < 2 or constant.value not in choices:
+        return ()
+    return choices
 
 
 def format_value(value: Any) -> str:

@@ -164,7 +164,9 @@ def edit_prompt(
     Shows the competition description (omitted when ``description`` is empty), the parent
     script, its outcome (e.g. ``"score 0.081 (lower is better), ran 3.2 s"``, or
     :data:`BASELINE_OUTCOME` for the baseline of the base prompt), and every editable constant
-    with its current value (:func:`rpg_llm.env.actions.editable_constants`), and asks for one fenced
+    with its current value and its line comment (:func:`rpg_llm.env.actions.editable_constants`:
+    the comment says what a knob controls and which values a switch takes, and it stays visible
+    when the script is truncated), and asks for one fenced
     block of ``NAME = <literal>`` lines (parsed by :func:`rpg_llm.env.actions.parse_action`).
 
     A parent without editable constants gets :func:`improve_prompt` (a whole script is then
@@ -195,7 +197,10 @@ def edit_prompt(
             description, parent_code, outcome_text, timeout_s, max_tokens, count_tokens
         )
     count = count_tokens or (lambda s: (len(s) + 3) // 4)
-    listing = "\n".join(f"- {c.name} = {format_value(c.value)}" for c in constants.values())
+    listing = "\n".join(
+        f"- {c.name} = {format_value(c.value)}" + (f"  # {c.comment}" if c.comment else "")
+        for c in constants.values()
+    )
 
     def build(code: str, desc: str = description) -> str:
         head = (

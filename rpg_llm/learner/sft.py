@@ -11,7 +11,8 @@ et al. 2022: SFT, then PPO with a KL penalty to the SFT policy).
 * ``edit`` pairs: the edit prompt (:func:`rpg_llm.env.prompts.edit_prompt`) of a baseline -- as it
   ships, or with its constants already moved to other plausible values, so the model reads the
   listed values instead of memorising one script -- and an answer ``NAME = value`` lines that
-  change one or two constants to other plausible values (:func:`plausible_values`).
+  change one or two constants to other plausible values (:func:`plausible_values`), a string
+  switch such as ``MODEL`` to another of the values its comment declares.
 * ``script`` pairs: the base prompt and the baseline script as a fenced block.
 
 ``python -m rpg_llm.learner.sft`` measures the effect: the fraction of sampled answers (T 0.7,
@@ -34,6 +35,7 @@ import torch
 from rpg_llm.env.actions import (
     ACTION_FORMATS,
     apply_edit,
+    declared_choices,
     editable_baselines,
     editable_constants,
     format_value,
@@ -75,8 +77,12 @@ def _sig3(x: float) -> float:
     return float(f"{x:.3g}")
 
 
-def plausible_values(name: str, value: Any) -> list[Any]:
+def plausible_values(name: str, value: Any, choices: Sequence[str] = ()) -> list[Any]:
     """Other values a practitioner might try for a constant, same type, never ``value`` itself.
+
+    ``choices``: the values a string constant declares in its comment
+    (:func:`rpg_llm.env.actions.declared_choices`, e.g. the model families of a ``MODEL``
+    switch).
 
     * bool: its negation;
     * a seed (``SEED``, ``RANDOM_STATE``, ``RANDOM_SEED``): the next nine integers;
@@ -84,8 +90,11 @@ def plausible_values(name: str, value: Any) -> list[Any]:
       by 0.25, 0.5, 2 and 4, rounded; other ints: ``n +- 1``;
     * float ``x > 0``: ``x`` times 0.1, 0.3, 0.5, 2, 3 and 10 (3 significant digits); a fraction
       (``0 < x < 1``) only to values below 1; other floats: ``x +- 1``;
-    * anything else (str, None, containers): none (the builder leaves it alone).
+    * str: the other ``choices`` (none when the script declares none);
+    * anything else (None, containers): none (the builder leaves it alone).
     """
+    if isinstance(value, str):
+        return [c for c in choices if c != value]
     if isinstance(value, bool):
         return [not value]
     if isinstance(value, int):
@@ -120,7 +129,7 @@ def _random_changes(code: str, rng: random.Random, max_changes: int) -> dict[str
     options = {
         name: vals
         for name, c in editable_constants(code).items()
-        if (vals := plausible_values(name, c.value))
+        if (vals := plausible_values(name, c.value, declared_choices(c)))
     }
     if not options:
         return {}

@@ -33,16 +33,27 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "N
 
 
 def set_constants(code: str, constants: dict) -> str:
-    """Return ``code`` with each top-level ``NAME = value`` line set to ``repr(constants[NAME])``.
+    """Return ``code`` with each top-level ``NAME = value`` set to ``repr(constants[NAME])``.
+
+    A literal constant (:func:`rpg_llm.env.actions.editable_constants`) has only its value
+    replaced, so the rest of its line -- a comment that declares the values a switch takes, say
+    -- is kept; any other top-level ``NAME = ...`` line is replaced whole.
 
     Raises:
         ValueError: a name is not assigned exactly once at the top level of ``code``.
     """
+    from rpg_llm.env.actions import editable_constants
+
     for name, value in constants.items():
         pattern = re.compile(rf"^{re.escape(name)}\s*=.*$", re.MULTILINE)
         if len(pattern.findall(code)) != 1:
             raise ValueError(f"constant {name!r} must be assigned exactly once at top level")
-        code = pattern.sub(f"{name} = {value!r}", code)
+        c = editable_constants(code).get(name)
+        if c is None:
+            code = pattern.sub(f"{name} = {value!r}", code)
+        else:
+            raw = code.encode()
+            code = (raw[: c.start] + repr(value).encode() + raw[c.end :]).decode()
     return code
 
 

@@ -14,6 +14,7 @@ from rpg_llm.env.actions import (
     NO_BLOCK_TEXT,
     EditError,
     apply_edit,
+    declared_choices,
     editable_baselines,
     editable_constants,
     is_edit_block,
@@ -89,6 +90,55 @@ def test_which_assignments_are_editable():
     )
     assert list(editable_constants(code)) == ["A", "B", "C", "D", "N", "O"]
     assert editable_constants("def broken(:\n") == {}
+
+
+def test_line_comments_and_declared_choices():
+    code = "\n".join(
+        [
+            'MODEL = "ridge"  # one of "hgb", \'knn\', "ridge", "hgb"',
+            'KERNEL = "rbf"  # see "the docs"',  # one quoted string: no list of options
+            'METRIC = "l2"  # one of "l1", "cosine"',  # the value is not among them
+            "C = 1.0  # ridge: L2 penalty",
+            "SIZES = (",
+            "    1,",
+            "    2,",
+            ')  # "a", "b"',  # the comment of a multi-line value: its last line
+            "# a comment line of its own",
+            "SEED = 0",
+            'NAME = "#not a comment"',
+        ]
+    )
+    cs = editable_constants(code)
+    assert [c.comment for c in cs.values()] == [
+        'one of "hgb", \'knn\', "ridge", "hgb"',
+        'see "the docs"',
+        'one of "l1", "cosine"',
+        "ridge: L2 penalty",
+        '"a", "b"',
+        "",
+        "",
+    ]
+    assert declared_choices(cs["MODEL"]) == ("hgb", "knn", "ridge")
+    for name in ("KERNEL", "METRIC", "C", "SIZES", "SEED", "NAME"):
+        assert declared_choices(cs[name]) == (), name
+
+
+def test_the_family_switches_declare_every_family_they_accept():
+    # the choices read from the comment are exactly the keys of the script's families dict
+    for comp in ("diamonds-price-rmse", "flights-delay-auc", "fine-foods-auc"):
+        code = dict(baseline_solutions(comp))["family"]
+        tree = ast.parse(code)
+        fam = next(
+            n
+            for n in tree.body
+            if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "families"
+        )
+        keys = sorted(k.value for k in fam.value.keys)  # type: ignore[attr-defined]
+        assert sorted(declared_choices(editable_constants(code)["MODEL"])) == keys
+        # the seeded variants family(MODEL=x) keep the declaration
+        for name, variant in baseline_solutions(comp):
+            if name.startswith("family"):
+                assert sorted(declared_choices(editable_constants(variant)["MODEL"])) == keys
 
 
 def test_editable_baselines_skip_scripts_without_constants():

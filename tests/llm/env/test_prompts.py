@@ -132,6 +132,21 @@ def test_edit_prompt_lists_constants_outcome_and_timeout():
         edit_prompt("x", _logreg(), "ok", 0)
 
 
+def test_edit_prompt_lists_each_constants_comment():
+    from rpg_llm.env.prompts import BASELINE_OUTCOME, edit_prompt
+    from rpg_llm.env.tasks import baseline_solutions
+
+    code = dict(baseline_solutions("diamonds-price-rmse"))["family"]
+    p = edit_prompt("", code, BASELINE_OUTCOME, 60, max_tokens=400)
+    listing = p.split("Editable constants (current values):\n")[1]
+    assert listing.startswith(
+        '- MODEL = \'ridge\'  # one of "hgb", "knn", "rf", "ridge", "tree"\n'
+        "- LOG_SIZE = False  # use log(1 + x) of carat, x, y, z\n"
+        "- ALPHA = 1.0  # ridge: L2 penalty\n"
+    )
+    assert "\n- SEED = 0\n" in listing  # no comment, nothing added
+
+
 def test_edit_prompt_truncation_keeps_the_constants():
     from rpg_llm.env.prompts import edit_prompt
 

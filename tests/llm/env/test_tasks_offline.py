@@ -103,6 +103,12 @@ def test_baseline_solutions_are_scripts_of_the_ladder(comp_id):
     assert set(scripts) == files | set(variants)
 
 
+def test_set_constants_keeps_the_rest_of_the_line():
+    code = 'MODEL = "ridge"  # one of "hgb", "ridge"\nX = f(1)  # not a literal\nN = 3\n'
+    got = set_constants(code, {"MODEL": "hgb", "X": 2, "N": 4})
+    assert got == 'MODEL = \'hgb\'  # one of "hgb", "ridge"\nX = 2\nN = 4\n'
+
+
 def test_set_constants_rejects_missing_name():
     with pytest.raises(ValueError, match="exactly once"):
         set_constants("A = 1\n", {"B": 2})

@@ -9,7 +9,7 @@ import fixtures_llm
 import pytest
 import torch
 
-from rpg_llm.env.actions import editable_constants, parse_action
+from rpg_llm.env.actions import declared_choices, editable_constants, parse_action
 from rpg_llm.env.prompts import BASELINE_OUTCOME, base_prompt
 from rpg_llm.env.tasks import baseline_solutions, list_offline_competitions
 from rpg_llm.learner.sft import (
@@ -54,6 +54,22 @@ def test_plausible_values_of_the_baselines_constants():
     assert plausible_values("FLAG", True) == [False]
     assert plausible_values("KERNEL", "rbf") == [] and plausible_values("X", None) == []
     assert plausible_values("SHIFT", -2) == [-3, -1]
+    # a string switch takes the other values its comment declares
+    assert plausible_values("MODEL", "knn", ("hgb", "knn", "rf")) == ["hgb", "rf"]
+
+
+def test_edit_pairs_switch_the_model_family_to_declared_values():
+    code = dict(baseline_solutions("diamonds-price-rmse"))["family"]
+    pairs = build_sft_examples("", [("family", code)], "edit", 60, n=64, seed=0)
+    switched = []
+    for p in pairs:
+        changes = parse_action(p.answer, "edit", _parent_of(p.prompt)).changes
+        if "MODEL" in changes:
+            switched.append(changes["MODEL"])
+    families = {"hgb", "knn", "rf", "ridge", "tree"}
+    # 12 constants, 1-2 changed per answer: MODEL in about 1 of 8 answers
+    assert 3 <= len(switched) <= 20 and set(switched) <= families
+    assert len(set(switched)) >= 3
 
 
 def test_edit_answer_text():
@@ -76,14 +92,16 @@ def test_edit_pairs_from_the_real_baselines_parse_and_change_a_value(comp):
         moved += parent not in shipped
         assert BASELINE_OUTCOME in ex.prompt and "Task text." in ex.prompt
         for name, c in editable_constants(parent).items():
-            assert f"- {name} = {c.value!r}\n" in ex.prompt
+            note = f"  # {c.comment}" if c.comment else ""
+            assert f"- {name} = {c.value!r}{note}\n" in ex.prompt
         action = parse_action(ex.answer, "edit", parent)
         assert action.kind == "edit" and 1 <= len(action.changed) <= 2, ex.answer
         assert action.changed == tuple(action.changes)  # every listed value is a change
         # every changed value is one of the plausible alternatives of the parent's value
         consts = editable_constants(parent)
         for name, value in action.changes.items():
-            assert value in plausible_values(name, consts[name].value)
+            c = consts[name]
+            assert value in plausible_values(name, c.value, declared_choices(c))
     assert 4 <= moved <= 20  # about half the parents have moved constants (fraction 0.5)
 
 

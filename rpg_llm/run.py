@@ -172,7 +172,6 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
     """
     from rpg_llm.env import tasks
     from rpg_llm.env.registry import SPEEDRUN_ID
-    from rpg_llm.env.tasks import nanogpt
     from rpg_llm.env.tasks.cliflags import seed_dir_arg
     from rpg_llm.learner.policy import resolve_model
     from rpg_llm.presets import get_preset, missing_resources
@@ -192,18 +191,39 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
     except ValueError as err:
         raise UsageError(f"--model {cfg.model}: {err}") from None
     seeds = seed_dir_arg(Path(cfg.seed_dir)) if cfg.seed_dir is not None else None
-    if cfg.task in nanogpt.TASK_IDS or cfg.task == SPEEDRUN_ID:
-        return
     try:
-        comp_id = tasks.resolve_id(cfg.task)
-        if comp_id not in tasks.list_offline_competitions():
-            root = Path(cfg.data_root) if cfg.data_root else None
-            tree = Path(cfg.mlebench_dir) if cfg.mlebench_dir else None
-            comp = tasks.load_competition(comp_id, root, tree)  # names the id, root and tree
-            tasks.load_grader(comp)  # GradingSetupError: the grader cannot be imported
+        comp_id = _check_task(cfg)
     except ValueError as err:
         raise UsageError(f"--task {cfg.task}: {err}") from None
+    if comp_id is None:
+        return
     _check_starting_scripts(cfg, seeds if seeds is not None else tasks.baseline_solutions(comp_id))
+
+
+def _check_task(cfg: Any) -> str | None:
+    """Check that ``cfg.task`` names a task this machine can run: a NanoGPT task, an offline
+    competition, or a prepared competition (under ``data_root`` or the MLE-Bench tree) whose
+    grader imports.
+
+    Returns:
+        The competition id, or None for a NanoGPT task.
+
+    Raises:
+        ValueError: a bad or unknown task (the message names the id, the root and the tree).
+    """
+    from rpg_llm.env import tasks
+    from rpg_llm.env.registry import SPEEDRUN_ID
+    from rpg_llm.env.tasks import nanogpt
+
+    if isinstance(cfg.task, str) and (cfg.task in nanogpt.TASK_IDS or cfg.task == SPEEDRUN_ID):
+        return None
+    comp_id = tasks.resolve_id(cfg.task)
+    if comp_id not in tasks.list_offline_competitions():
+        root = Path(cfg.data_root) if cfg.data_root else None
+        tree = Path(cfg.mlebench_dir) if cfg.mlebench_dir else None
+        comp = tasks.load_competition(comp_id, root, tree)  # names the id, root and tree
+        tasks.load_grader(comp)  # GradingSetupError: the grader cannot be imported
+    return comp_id
 
 
 def _check_starting_scripts(cfg: Any, scripts: list[tuple[str, str]]) -> None:
@@ -288,6 +308,10 @@ def _resume_config(args: Any) -> Any:
         cfg = apply_flags(cfg, values)
     except ValueError as err:
         raise UsageError(f"--resume {args.resume}: {err}") from None
+    try:
+        _check_task(cfg)
+    except ValueError as err:
+        raise UsageError(f"--resume {args.resume}: the stored task {cfg.task!r}: {err}") from None
     done = folder.latest_checkpoint() or 0
     if cfg.steps < done:
         raise UsageError(

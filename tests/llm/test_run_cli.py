@@ -181,6 +181,20 @@ def test_resume_refuses_settings_it_would_ignore(tmp_path, capsys):
     assert "unknown config key(s) stepz" in _one_line_error(capsys)
 
 
+@pytest.mark.parametrize("task", ["no-such-task", 5, "a/b"])
+def test_resume_of_a_run_whose_stored_task_is_bad_exits_2(tmp_path, capsys, task):
+    from rpg_llm.config import LoopConfig
+    from rpg_llm.loop.runfolder import RunFolder
+
+    run = tmp_path / "r"
+    RunFolder(run).create(LoopConfig().to_dict() | {"task": task, "seeded": True})
+    stored = sorted(p.relative_to(run) for p in run.rglob("*"))
+    assert main(["--resume", str(run), "--no-progress", "--no-plot"]) == 2
+    err = _one_line_error(capsys)
+    assert f"--resume {run}: the stored task {task!r}" in err
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == stored  # nothing changed
+
+
 # -- docs-review fixes -----------------------------------------------------------------
 
 

@@ -234,7 +234,8 @@ class RunFolder:
                 )
             return
         try:
-            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            # a quoted URI: a folder name may hold ``?``, ``#``, ``%`` or spaces
+            db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
             try:
                 db.execute("SELECT count(*) FROM samples").fetchone()
             finally:

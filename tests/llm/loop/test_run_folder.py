@@ -137,6 +137,16 @@ def test_a_corrupted_buffer_is_refused_naming_the_file(tmp_path):
     assert f"{folder / 'buffer.sqlite'} is not a readable sample buffer" in line
 
 
+@pytest.mark.parametrize("name", ["a?b", "a#b", "a%3Fb", "a b", "x?mode=rwc#"])
+def test_a_buffer_in_a_folder_with_uri_characters_is_read(tmp_path, name):
+    folder = _run_folder(tmp_path / name / "run", checkpointed=1)
+    RunFolder(folder).check_resumable()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no stray database made
+    (folder / "buffer.sqlite").write_bytes(b"\xff\xfe not a database" * 100)
+    with pytest.raises(ValueError, match="is not a readable sample buffer"):
+        RunFolder(folder).check_resumable()
+
+
 def test_an_empty_buffer_of_a_checkpointed_run_is_refused(tmp_path):
     folder = _run_folder(tmp_path / "run", checkpointed=2)
     (folder / "buffer.sqlite").write_bytes(b"")

@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
-from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, mlebench_dir_arg
+from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, data_root_arg, mlebench_dir_arg
 from rpg_llm.env.tasks.format import (
     TREE_COMPETITIONS,
-    default_data_root,
     is_prepared,
     list_tree_competitions,
     read_board,
@@ -128,6 +127,7 @@ def _baselines(args: Any, data_root: Path, tree: Path | None) -> int:
         sandbox = make_sandbox(args.sandbox)
     except ValueError as exc:
         raise UsageError(f"--sandbox {args.sandbox}: {str(exc).splitlines()[0]}") from exc
+    data_root = data_root_arg(args.data_root, writable=True)
     tables = []
     for name in names:
         comp = prepare(name, data_root, seed=args.seed)
@@ -143,6 +143,7 @@ def _prepare(args: Any, data_root: Path, tree: Path | None) -> int:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     if not (args.seed >= 0):
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    data_root = data_root_arg(args.data_root, writable=True)
     total = time.perf_counter()
     for name in names:
         start = time.perf_counter()
@@ -169,7 +170,7 @@ def _prepare(args: Any, data_root: Path, tree: Path | None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     tree = mlebench_dir_arg(args.mlebench_dir)
-    data_root = Path(args.data_root).expanduser() if args.data_root else default_data_root()
+    data_root = data_root_arg(args.data_root, writable=False)
     if args.command == "list":
         return _list(data_root, tree)
     if args.command == "baselines":

@@ -6,6 +6,8 @@ baselines table."""
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -217,3 +219,26 @@ def test_baselines_cli_usage_errors_name_the_value(tmp_path, capsys):
     assert tasks_cli.main(["baselines", "churn-auc", "--sandbox", "nope", *root]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--sandbox nope" in err[0]
+
+
+@pytest.mark.parametrize("command", [["list"], ["prepare", "text"], ["baselines", "text"]])
+def test_a_data_root_that_is_a_file_exits_2_naming_it(tmp_path, capsys, command):
+    path = tmp_path / "file"
+    path.write_text("kept\n")
+    for root in (path, path / "below"):
+        assert tasks_cli.main([*command, "--data-root", str(root)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"{tasks_cli.PROG}: error: --data-root {root}")
+        if command == ["list"]:
+            break  # list only reads: a path below a file is a folder with nothing prepared
+    assert path.read_text() == "kept\n"
+
+
+def test_an_unwritable_data_root_exits_2_before_building(tmp_path, capsys, monkeypatch):
+    root = tmp_path / "root"
+    root.mkdir()
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != root)
+    assert tasks_cli.main(["prepare", "text", "--data-root", str(root)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{tasks_cli.PROG}: error: --data-root {root}: the folder is not writable"]
+    assert list(root.iterdir()) == []

@@ -180,9 +180,20 @@ def _main(argv: list[str] | None) -> int:
     for flag in ("steps", "cucb_steps", "numpy_steps", "draw_seeds", "repeats"):
         at_least(f"--{flag.replace('_', '-')}", getattr(args, flag), 1)
     at_least("--numpy-warmup", args.numpy_warmup, 0)
+    try:
+        env = make_reference_env(args.env, args.arms, args.contexts)
+    except ValueError as err:
+        raise UsageError(
+            f"--env {args.env} --arms {args.arms} --contexts {args.contexts}: {err}"
+        ) from None
     agents = args.agents
     hypers = json.loads(HYPER_FILE.read_text())["agents"]
     devices = jax.local_devices()
+    if args.draw_seeds % len(devices):
+        raise UsageError(
+            f"--draw-seeds {args.draw_seeds} must be a multiple of the {len(devices)} local "
+            "devices (the seeds are sharded over them)"
+        )
     print(
         f"devices: {len(devices)} x {devices[0].platform}; instance {args.env}, "
         f"K={args.arms}, |X|={args.contexts}; {_load()}"
@@ -198,7 +209,6 @@ def _main(argv: list[str] | None) -> int:
         flush=True,
     )
 
-    env = make_reference_env(args.env, args.arms, args.contexts)
     print(
         f"{'agent':<12} {'seeds':>6} {'numpy dec/s':>12} {'jax dec.seeds/s':>16} "
         f"{'ratio':>8} {'per CPU-s':>10} {'refit %':>8} {'compile s':>10}  load avg"

@@ -24,9 +24,11 @@ import time
 
 import numpy as np
 
-from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli
 
 PROG = "python benchmarks/estimator_sampler.py"
+# the ``jax.random`` key implementations (``jax.random.key(..., impl=NAME)``)
+KEY_IMPLS = ("threefry2x32", "threefry4x32", "philox2x32", "philox4x32", "rbg", "unsafe_rbg")
 
 
 def _parse(argv):
@@ -40,9 +42,16 @@ def _parse(argv):
     ap.add_argument("--chunk", type=int, default=None, help="chunk_batches (default: module's)")
     ap.add_argument("--skip-numpyro", action="store_true", help="time the fast sampler only")
     args = ap.parse_args(argv)
-    bad_chunk = args.chunk is not None and args.chunk < 1
-    if min(args.seeds) < 1 or args.repeats < 1 or args.slots < 2 or args.batches < 1 or bad_chunk:
-        raise UsageError("--seeds, --repeats, --batches, --chunk must be >= 1 and --slots >= 2")
+    for seeds in args.seeds:
+        at_least("--seeds", seeds, 1)
+    at_least("--repeats", args.repeats, 1)
+    at_least("--slots", args.slots, 2)
+    at_least("--batches", args.batches, 1)
+    if args.chunk is not None:
+        at_least("--chunk", args.chunk, 1)
+    for impl in args.impl:
+        if impl not in KEY_IMPLS:
+            raise UsageError(f"--impl {impl!r} is unknown; known: {', '.join(KEY_IMPLS)}")
     return args
 
 

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli  # noqa: E402
 from rpg_llm.learner.policy import Policy, generate, load_policy  # noqa: E402
 from rpg_llm.learner.ppo import PPOBatch, PPOConfig, PPOTrainer  # noqa: E402
+from rpg_llm.run import check_device  # noqa: E402
 from testkit.tiny_model import build_tiny_model  # noqa: E402
 
 SAMPLE_T = 0.7  # sampling temperature; the trainer's log-probs use the same (rpg_llm.learner.ppo)
@@ -100,6 +101,12 @@ def _main(argv: Sequence[str] | None) -> int:
     args = p.parse_args(argv)
     for flag in ("batch", "prompt_len", "response_len", "micro_batch"):
         at_least(f"--{flag.replace('_', '-')}", getattr(args, flag), 1)
+    check_device(args.device)
+    if args.config is not None:
+        if args.tiny:
+            raise UsageError(f"--config {args.config}: the shape of --tiny is fixed; drop one")
+        if not (Path(args.config) / "config.json").is_file():
+            raise UsageError(f"--config {args.config}: no config.json in that folder")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type != "cuda" and not args.tiny:
         raise UsageError("no CUDA GPU here; run with --tiny to check the script on a CPU")

@@ -31,6 +31,9 @@ from rpg_llm.env.sandbox.bwrap_backend import bwrap_path
 from rpg_llm.env.sandbox.docker_backend import docker_client
 from rpg_llm.env.sandbox.leaks import answer_sources
 
+SCRIPT_TIMEOUT_S = 120  # wall-clock limit of one CPU-bound script of the batch
+MAX_WORK_S = 60.0  # --work: CPU seconds per script, well inside that limit under load
+
 CPU_SCRIPT = """
 import time
 t = time.process_time()
@@ -58,7 +61,7 @@ def sandbox_seconds(sandbox, data: Path) -> float:
 
 
 def _cpu_job(code: str, kind: str, data: str) -> str:
-    res = make_sandbox(kind).run(code, Path(data), 120)
+    res = make_sandbox(kind).run(code, Path(data), SCRIPT_TIMEOUT_S)
     res.cleanup()
     return res.status
 
@@ -80,8 +83,11 @@ def _main(argv: Sequence[str] | None) -> int:
     args = ap.parse_args(argv)
     for flag in ("repeats", "batch", "speedup_repeats"):
         at_least(f"--{flag.replace('_', '-')}", getattr(args, flag), 1)
-    if not args.work > 0:
-        raise UsageError(f"--work must be > 0 CPU seconds, got {args.work}")
+    if not 0 < args.work <= MAX_WORK_S:
+        raise UsageError(
+            f"--work must be in (0, {MAX_WORK_S:g}] CPU seconds (a script's limit is "
+            f"{SCRIPT_TIMEOUT_S} s), got {args.work}"
+        )
 
     kinds = ["subprocess"] + (["bwrap"] if bwrap_path() else [])
     try:

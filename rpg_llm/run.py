@@ -31,7 +31,7 @@ from typing import Any
 
 from rpg_core.cli import ArgumentParser, UsageError, out_folder, run_cli
 
-__all__ = ["main", "build_config", "PROG"]
+__all__ = ["main", "build_config", "check_device", "PROG"]
 
 PROG = "python -m rpg_llm.run"
 
@@ -138,7 +138,7 @@ def _check_speedrun(cfg: Any) -> None:
         raise UsageError(msg if msg.startswith("--") else f"--task {SPEEDRUN_ID}: {msg}") from None
 
 
-def _check_device(device: str | None) -> None:
+def check_device(device: str | None) -> None:
     """``--device`` must name a torch device this machine has (``cuda`` without a GPU would load
     the weights, then fail inside torch).
 
@@ -176,7 +176,7 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
     from rpg_llm.learner.policy import resolve_model
     from rpg_llm.presets import get_preset, missing_resources
 
-    _check_device(cfg.device)
+    check_device(cfg.device)
     if cfg.data_root is not None:
         out_folder("--data-root", cfg.data_root)
     if cfg.task == SPEEDRUN_ID:

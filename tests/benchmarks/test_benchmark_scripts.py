@@ -4,6 +4,7 @@ checked on a CPU."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -109,3 +110,65 @@ def test_engine_step_compares_both_engines_on_the_tiny_model():
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "--batch 3 must be a multiple of --num-generations 2" in bad.stderr
+
+
+def _one_error_line(err: str, prog: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "needle"),
+    [
+        ("estimator_sampler", ["--impl", "nope"], "--impl 'nope' is unknown"),
+        ("estimator_sampler", ["--seeds", "4", "0"], "--seeds must be >= 1, got 0"),
+        ("estimator_sampler", ["--slots", "1"], "--slots must be >= 2, got 1"),
+        ("estimator_sampler", ["--chunk", "-1"], "--chunk must be >= 1, got -1"),
+        ("sandbox_overhead", ["--work", "inf"], "--work must be in (0, 60] CPU seconds"),
+        ("sandbox_overhead", ["--work", "nan"], "got nan"),
+        ("sandbox_overhead", ["--batch", "0"], "--batch must be >= 1, got 0"),
+        ("gpu_ppo_step", ["--tiny", "--device", "nope"], "--device 'nope' is not a torch device"),
+        ("gpu_ppo_step", ["--tiny", "--config", "x"], "--config x: the shape of --tiny is fixed"),
+        ("gpu_ppo_step", ["--config", "/nonexistent"], "--config /nonexistent: no config.json"),
+        ("engine_step", ["--tiny", "--steps", "0"], "--steps must be >= 1, got 0"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_value_before_running(script, argv, needle, capsys):
+    import importlib
+
+    module = importlib.import_module(script)
+    assert module.main(argv) == 2
+    assert needle in _one_error_line(capsys.readouterr().err, module.PROG)
+
+
+def test_every_key_impl_the_sampler_accepts_is_one_jax_has():
+    import jax
+    from estimator_sampler import KEY_IMPLS
+
+    for impl in KEY_IMPLS:
+        jax.random.key(0, impl=impl)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--env", "E9"], "--env E9 --arms 10 --contexts 4: unknown environment 'E9'"),
+        (["--arms", "0"], "--arms 0 --contexts 4: K must be an int >= 1, got 0"),
+        (["--contexts", "-1"], "--contexts -1: n_contexts must be an int >= 4, got -1"),
+        ("draw-seeds", "must be a multiple of the"),
+    ],
+)
+def test_bandit_throughput_refuses_bad_values_before_any_benchmark(argv, needle):
+    devices = os.cpu_count() or 1  # the script exposes one JAX CPU device per core
+    if argv == "draw-seeds":
+        if devices == 1:
+            pytest.skip("one device: every seed count shards")
+        argv = ["--draw-seeds", str(devices + 1)]
+    # a subprocess: the script configures JAX (device count, float64) when imported
+    script = ROOT / "benchmarks" / "bandit_throughput.py"
+    out = subprocess.run(
+        [sys.executable, str(script), *argv], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 2 and out.stdout == "", (out.stdout, out.stderr)
+    assert needle in _one_error_line(out.stderr, "benchmarks/bandit_throughput.py")

@@ -92,7 +92,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rpg_core.cli import ArgumentParser, UsageError, comma_list, run_cli
+from rpg_core.cli import ArgumentParser, UsageError, comma_list, out_folder, run_cli
 
 __all__ = [
     "PROG",
@@ -1172,7 +1172,10 @@ def _lock(out: Path):
     """
     import fcntl
 
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--out {out}: cannot make the folder ({err.strerror or err})") from None
     fh = open(out / ".llm_table.lock", "w")  # noqa: SIM115 - held until the process ends
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -1186,7 +1189,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     s = _settings_from_args(args)
     _check_settings(s)
-    out = Path(args.out)
+    out = out_folder("--out", args.out)
     specs = [RunSpec(t, m, k, out) for t in s.tasks for k in s.seeds for m in s.arms]
     cfgs = {p: _config_for(s, p) for p in specs}  # every value checked before any run starts
     _check_model(cfgs[specs[0]].model)

@@ -370,6 +370,16 @@ def test_usage_errors_exit_2_before_any_run(tmp_path, capsys, tiny_model_dir, ex
     assert not out.exists()  # no run started, nothing written
 
 
+def test_an_out_that_is_a_file_or_cannot_be_made_exits_2(tmp_path, capsys, tiny_model_dir):
+    file = tmp_path / "file"
+    file.write_text("kept\n")
+    for out, needle in ((file, "exists and is not a folder"), (file / "t", "cannot make")):
+        assert lt.main(_cli_base(out, tiny_model_dir)) == 2
+        err = _one_line(capsys)
+        assert f"--out {out}" in err and needle in err
+    assert file.read_text() == "kept\n"
+
+
 def test_table_only_on_an_empty_out_is_a_usage_error(tmp_path, capsys, tiny_model_dir):
     """Found by a new-user try: an --out without finished runs ended in a RuntimeError, exit 1."""
     out = tmp_path / "empty"

@@ -52,8 +52,9 @@ def with_progress(agent: Agent, every: int) -> Agent:
     """``agent`` with a decision counter that calls the active sink every ``every`` decisions.
 
     The state becomes ``(inner_state, t)`` with ``t`` an int32 scalar (decisions done); ``act``
-    and ``update`` pass the inner state, hyper-parameters and keys through unchanged. Cached per
-    ``(agent, every)`` so the simulator's compiled code is reused.
+    and ``update`` pass the inner state, hyper-parameters and keys through unchanged; the sizes
+    ``n_contexts`` / ``n_actions`` are kept, so the simulator still checks them against the
+    environment. Cached per ``(agent, every)`` so the simulator's compiled code is reused.
     """
     every = int(every)
 
@@ -74,7 +75,7 @@ def with_progress(agent: Agent, every: int) -> Agent:
         jax.lax.cond(t % every == 0, fire, lambda t: None, t)
         return inner, t
 
-    return Agent(init=init, act=act, update=update)
+    return agent._replace(init=init, act=act, update=update)
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ __all__ = [
     "Cell",
     "Setting",
     "build_agent",
+    "check_trials",
     "load_json",
     "parse_cells",
     "resolve_hyper",
@@ -44,6 +45,7 @@ EVAL_SEEDS = range(0, 100)
 TUNE_SEEDS = range(900, 930)
 N_STEPS = 30_000
 MIN_CONTEXTS = 4  # the reference layout has 4 fixed contexts (rpg_jax.envs.reference)
+MAX_SEED = 2**32 - 1  # the simulator's seeds are uint32 (rpg_jax.simulate.simulate)
 SAMPLED_POLICIES = 2048
 TUNABLE = ("npg-niw", "spg-niw", "cucb-tuned")
 
@@ -108,6 +110,29 @@ def check_env(name: str, flag: str) -> str:
     if name.strip().upper() not in ENVS:
         raise UsageError(f"{flag}: unknown environment {name!r}; valid: {', '.join(ENVS)}")
     return name.strip().upper()
+
+
+def check_trials(seed_start: int, seeds: int) -> range:
+    """The trials ``seed_start .. seed_start + seeds - 1`` of ``--seed-start`` / ``--seeds``.
+
+    Returns:
+      ``range(seed_start, seed_start + seeds)``.
+
+    Raises:
+      UsageError: naming the flag and the value: ``--seeds < 1``, ``--seed-start < 0``, or a
+        last trial above ``MAX_SEED = 2**32 - 1`` (the simulator takes uint32 seeds).
+    """
+    if seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {seeds}")
+    if seed_start < 0:
+        raise UsageError(f"--seed-start must be >= 0, got {seed_start}")
+    last = seed_start + seeds - 1
+    if last > MAX_SEED:
+        raise UsageError(
+            f"--seed-start/--seeds: trials {seed_start}..{last} go past the largest seed "
+            f"{MAX_SEED} (seeds are uint32)"
+        )
+    return range(seed_start, last + 1)
 
 
 def check_contexts(x: int, flag: str) -> int:

@@ -53,6 +53,7 @@ from paper_figures._protocol import (
     build_agent,
     check_contexts,
     check_env,
+    check_trials,
     load_json,
     resolve_hyper,
 )
@@ -187,9 +188,10 @@ def check_args(args) -> dict:
 
     Raises:
       UsageError: naming the flag and the value: unknown env or agent, K < 2, |X| < 4 (the
-        reference environments need >= 4 contexts), steps / seeds < 1, seed start < 0, an
-        --out that is a file, unreadable hyper-parameter files, or hyper-parameters an agent
-        refuses (e.g. too many policies for exact C-UCB).
+        reference environments need >= 4 contexts), steps / seeds < 1, seed start < 0, trials
+        past the largest seed ``2**32 - 1``, an --out that is a file, unreadable
+        hyper-parameter files, or hyper-parameters an agent refuses (e.g. too many policies for
+        exact C-UCB).
     """
     from rpg_jax.envs import reference_means
 
@@ -209,13 +211,9 @@ def check_args(args) -> dict:
     contexts = [check_contexts(x, "--contexts") for x in (args.contexts or setting.contexts)]
     if min(arms) < 2:
         raise UsageError(f"--arms: K must be >= 2 (one arm has no regret), got {min(arms)}")
-    for flag, v, lo in (
-        ("--steps", args.steps, 1),
-        ("--seeds", args.seeds, 1),
-        ("--seed-start", args.seed_start, 0),
-    ):
-        if v < lo:
-            raise UsageError(f"{flag} must be >= {lo}, got {v}")
+    if args.steps < 1:
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
+    check_trials(args.seed_start, args.seeds)
     agents = [a.strip() for a in args.agents.split(",") if a.strip()]
     if not agents or len(set(agents)) != len(agents) or any(a not in LABELS for a in agents):
         raise UsageError(

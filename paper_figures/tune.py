@@ -52,6 +52,7 @@ from paper_figures._protocol import (
     TUNE_SEEDS,
     Cell,
     build_agent,
+    check_trials,
     parse_cells,
 )
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
@@ -97,7 +98,8 @@ def check_args(args) -> dict:
 
     Raises:
       UsageError: naming the flag and the value (bad cell, agent, grid value, seeds overlapping
-        the evaluation trials 0-99, steps or seeds < 1, an --out that is a folder).
+        the evaluation trials 0-99 or past the largest seed ``2**32 - 1``, steps or seeds < 1,
+        --seed-start < 0, an --out that is a folder).
     """
     setting = SETTINGS[args.setting]
     cells = (
@@ -118,11 +120,7 @@ def check_args(args) -> dict:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
     if args.points_per_call < 0:
         raise UsageError(f"--points-per-call must be >= 0, got {args.points_per_call}")
-    if args.seeds < 1 or args.seed_start < 0:
-        raise UsageError(
-            f"--seeds must be >= 1 and --seed-start >= 0: {args.seeds}, {args.seed_start}"
-        )
-    seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+    seeds = list(check_trials(args.seed_start, args.seeds))
     if seeds[0] < EVAL_SEEDS.stop and seeds[-1] >= EVAL_SEEDS.start:
         raise UsageError(
             f"--seed-start/--seeds: trials {seeds[0]}..{seeds[-1]} overlap the "

@@ -20,7 +20,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from paper_figures._protocol import EVAL_SEEDS, TUNE_SEEDS, Cell, check_env
+from paper_figures._protocol import (
+    EVAL_SEEDS,
+    TUNE_SEEDS,
+    Cell,
+    check_contexts,
+    check_env,
+    check_trials,
+)
 from rpg_core.cli import ArgumentParser, UsageError, comma_list, run_cli
 
 PROG = "python -m paper_figures.tune_small"
@@ -52,19 +59,22 @@ def check_args(args) -> tuple[list[Cell], dict]:
     """Validate the flags (no JAX work); returns the tuning cells and the grids per agent.
 
     Raises:
-      UsageError: naming the flag or value (unknown env or agent, sizes < 1, trials that overlap
-        the evaluation trials, a grid value an agent refuses).
+      UsageError: naming the flag or value (unknown env or agent, sizes < 1, --contexts < 4 (the
+        reference environments need >= 4 contexts), --seed-start < 0, trials that overlap the
+        evaluation trials or go past the largest seed ``2**32 - 1``, a grid value an agent
+        refuses).
     """
     from paper_figures._protocol import build_agent
 
-    cells = [Cell(check_env(e, "--envs"), args.arms, args.contexts) for e in args.envs.split(",")]
+    contexts = check_contexts(args.contexts, "--contexts")
+    cells = [Cell(check_env(e, "--envs"), args.arms, contexts) for e in args.envs.split(",")]
     bad = [a for a in args.agents.split(",") if a not in GRIDS]
     if bad:
         raise UsageError(f"--agents: unknown tunable agent {bad[0]!r}; valid: {', '.join(GRIDS)}")
-    for flag, value in (("--steps", args.steps), ("--seeds", args.seeds), ("--arms", args.arms)):
+    for flag, value in (("--steps", args.steps), ("--arms", args.arms)):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
-    last = args.seed_start + args.seeds - 1
+    last = check_trials(args.seed_start, args.seeds)[-1]
     if args.seed_start < EVAL_SEEDS.stop and last >= EVAL_SEEDS.start:
         raise UsageError(
             f"tuning seeds {args.seed_start}..{last} overlap the evaluation seeds "

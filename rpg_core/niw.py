@@ -201,20 +201,26 @@ def _check_range(name: str, value: Any, lo: float, hi: float, lo_open: bool) -> 
         interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
         shown = float(v) if v.ndim == 0 else v[bad][:4].tolist()
         raise ValueError(f"{name} must lie in {interval}, got {shown!r}")
+    if v.ndim != 0:
+        raise ValueError(f"{name} must be one number (a 0-d array), got shape {v.shape}")
 
 
 def check_lam(lam: Any) -> None:
-    """Raise ValueError unless every value of ``lam`` lies in ``(0, 1]`` (NaN rejected).
+    """Raise ValueError unless ``lam`` is one number in ``(0, 1]``.
 
-    ``lam`` may be a number or an array (any backend); a traced JAX value is not checked.
+    ``lam`` may be a number or a 0-d array (any backend); a traced JAX value is not checked. An
+    array is checked value by value first (a NaN or out-of-range entry is named), then refused
+    unless 0-d (the estimator's prior and state fields are scalars).
     """
     _check_range("lam", lam, 0.0, 1.0, lo_open=True)
 
 
 def check_quantile(quantile: Any) -> None:
-    """Raise ValueError unless every value of ``quantile`` lies in ``[0, 1]`` (NaN rejected).
+    """Raise ValueError unless ``quantile`` is one number in ``[0, 1]``.
 
-    ``quantile`` may be a number or an array (any backend); a traced JAX value is not checked.
+    ``quantile`` may be a number or a 0-d array (any backend); a traced JAX value is not checked.
+    An array is checked value by value first (a NaN or out-of-range entry is named), then refused
+    unless 0-d (``rho_hat`` is a scalar).
     """
     _check_range("quantile", quantile, 0.0, 1.0, lo_open=False)
 
@@ -291,7 +297,7 @@ def forgetting_prior(xp: Any, state: Any, lam: Any = LAM) -> tuple[Any, Any, Any
       ``(mu0, kappa0, nu0, psi0)``, shapes ``(2,), (), (), (2, 2)``.
 
     Raises:
-      ValueError: if ``lam`` is concrete and outside ``(0, 1]`` or NaN.
+      ValueError: if ``lam`` is concrete and outside ``(0, 1]``, NaN or not one number.
 
     Source: DESIGN.md section 4 (reference forgetting rule).
     """
@@ -355,7 +361,7 @@ def update(xp: Any, state: NIWState, y: Any, mask: Any, lam: Any = LAM) -> NIWSt
       The new :class:`NIWState`.
 
     Raises:
-      ValueError: if ``lam`` is concrete and outside ``(0, 1]`` or NaN.
+      ValueError: if ``lam`` is concrete and outside ``(0, 1]``, NaN or not one number.
 
     Source: DESIGN.md section 4; paper Algorithm 1 ("Fit f_rho on B").
     """
@@ -416,7 +422,7 @@ def rate_quantile(xp: Any, rates: Any, quantile: Any = QUANTILE) -> Any:
       Shape ``()``, ``rates``' dtype, >= 0 (NaN stays NaN).
 
     Raises:
-      ValueError: if ``quantile`` is concrete and outside ``[0, 1]`` or NaN.
+      ValueError: if ``quantile`` is concrete and outside ``[0, 1]``, NaN or not one number.
 
     Source: DESIGN.md section 4 (``rho_hat = max(0, 95th percentile)``).
     """

@@ -103,7 +103,7 @@ def forgetting_prior(state: NIWState, lam=LAM):
 
     Args: ``state`` (:class:`NIWState`), ``lam`` in ``(0, 1]`` (may be traced).
     Returns: ``(mu0, kappa0, nu0, psi0)``, shapes ``(2,), (), (), (2, 2)``.
-    Raises: ValueError if ``lam`` is concrete and outside ``(0, 1]`` or NaN.
+    Raises: ValueError if ``lam`` is concrete and outside ``(0, 1]``, NaN or not one number.
     """
     return niw.forgetting_prior(jnp, state, jnp.asarray(lam, state.kappa.dtype))
 
@@ -133,7 +133,7 @@ def update(state: NIWState, slot_rewards: jax.Array, slot_times: jax.Array, lam=
 
     Raises:
       ValueError: on mismatched / non-1-D slot arrays, zero slots, or ``lam`` outside ``(0, 1]``
-        (or NaN).
+        (or NaN, or not one number).
 
     Source: DESIGN.md section 4; paper Algorithm 1 ("Fit f_rho on B").
     """
@@ -243,7 +243,8 @@ def rate_quantile(draws: jax.Array, quantile=QUANTILE) -> jax.Array:
       ``rho_hat``, shape ``()``, >= 0.
 
     Raises:
-      ValueError: if ``draws`` is not ``(M, S, 2)`` or ``quantile`` is outside ``[0, 1]``.
+      ValueError: if ``draws`` is not ``(M, S, 2)`` or ``quantile`` is outside ``[0, 1]``, NaN
+        or not one number.
     """
     niw.check_draws_shape(jnp.shape(draws))
     return niw.rate_quantile(jnp, niw.batch_rates(jnp, draws), quantile)
@@ -268,7 +269,7 @@ def selected_rate_quantile(rates: jax.Array, quantile=QUANTILE) -> jax.Array:
 
     Raises:
       ValueError: if ``rates`` is not 1-D and non-empty, or ``quantile`` is concrete and outside
-        ``[0, 1]`` or NaN.
+        ``[0, 1]``, NaN or not one number.
 
     Source: DESIGN.md section 4 (``rho_hat = max(0, 95th percentile)``).
     """

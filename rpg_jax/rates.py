@@ -84,9 +84,29 @@ def greedy_policy(rho: float, rbar: np.ndarray, dbar: np.ndarray) -> np.ndarray:
 
 
 def policy_rate(u: np.ndarray, p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> float:
-    """Reward rate ``rho(u)`` of the deterministic policy ``u`` (int array ``(C,)``)."""
+    """Reward rate ``rho(u)`` of the deterministic policy ``u`` (int array ``(C,)``).
+
+    Returns:
+      ``sum_x p(x) rbar(x, u(x)) / sum_x p(x) dbar(x, u(x))`` (reward per time unit) as a float;
+      ``+-inf`` (no warning) when the ratio overflows float64, e.g. ``rbar = 1e308`` over
+      ``dbar = 1e-10``. The callers that return rho_star refuse a non-finite result.
+    """
     rows = np.arange(rbar.shape[0])
-    return float(np.dot(p, rbar[rows, u]) / np.dot(p, dbar[rows, u]))
+    num, den = np.dot(p, rbar[rows, u]), np.dot(p, dbar[rows, u])
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        return float(num / den)
+
+
+def _check_finite_rate(rho: float, u: np.ndarray, p, rbar, dbar) -> float:
+    """``rho`` if finite, else ValueError naming the policy ``u`` and its two sums."""
+    if not np.isfinite(rho):
+        rows = np.arange(rbar.shape[0])
+        num, den = float(np.dot(p, rbar[rows, u])), float(np.dot(p, dbar[rows, u]))
+        raise ValueError(
+            f"rho_star lies outside the float64 range: the rate of policy "
+            f"{np.asarray(u).tolist()} is {num!r} / {den!r} = {rho!r}"
+        )
+    return rho
 
 
 def greedy_rate(rho: float, p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> float:
@@ -112,7 +132,8 @@ def rho_star_dinkelbach(
       ``(rho_star, u_star, iterations)``: float, int64 ``(C,)``, int.
 
     Raises:
-      ValueError: bad instance (see ``check_instance``) or no convergence within ``max_iter``.
+      ValueError: bad instance (see ``check_instance``), a final rate that is not finite in
+        float64 (rho_star outside the float64 range), or no convergence within ``max_iter``.
     """
     p, rbar, dbar = check_instance(p, rbar, dbar)
     rho = float(rho0)
@@ -121,7 +142,7 @@ def rho_star_dinkelbach(
         rho = policy_rate(u, p, rbar, dbar)
         u_next = greedy_policy(rho, rbar, dbar)
         if np.array_equal(u_next, u) or policy_rate(u_next, p, rbar, dbar) <= rho:
-            return rho, u, k
+            return _check_finite_rate(rho, u, p, rbar, dbar), u, k
         u = u_next
     raise ValueError(f"Dinkelbach did not converge in max_iter={max_iter} steps")
 
@@ -137,7 +158,9 @@ def rho_star_bisection(
 
     The root lies in ``[min rbar/dbar, max rbar/dbar]`` because rho_star is a weighted mean of
     per-action ratios of some policy; a ratio that overflows float64 is replaced by the largest
-    finite float (rho_star itself is a finite ratio of means). Bisection stops when the bracket
+    finite float, which is right whenever rho_star itself is finite (a ratio of means can be
+    when a per-action ratio is not); if rho_star lies outside the float64 range (``F`` has no
+    root in ``[-max, max]``) a ValueError is raised. Bisection stops when the bracket
     is narrower than ``tol * max(1, |hi|)`` or when no float lies strictly inside it (so any
     ``tol >= 0``, even 0, terminates: at most ~2,100 halvings span the float64 range).
 
@@ -150,8 +173,8 @@ def rho_star_bisection(
       A float within ``tol * max(1, rho_star)`` (or one float spacing) of rho_star.
 
     Raises:
-      ValueError: bad instance, ``tol`` NaN / infinite / negative, bad ``max_iter``, or no
-        convergence within ``max_iter`` halvings.
+      ValueError: bad instance, ``tol`` NaN / infinite / negative, bad ``max_iter``, rho_star
+        outside the float64 range, or no convergence within ``max_iter`` halvings.
     """
     p, rbar, dbar = check_instance(p, rbar, dbar)
     try:
@@ -167,11 +190,23 @@ def rho_star_bisection(
         ratios = np.clip(rbar / dbar, -big, big)
     live = p > 0
 
-    def f_positive(rho: float) -> bool:
+    def f_value(rho: float) -> float:
+        # rho * dbar has one sign for a given rho, so the terms are finite or +-inf of one sign
         with np.errstate(over="ignore", invalid="ignore"):
             best = (rbar[live] - rho * dbar[live]).max(axis=1)
-            return float(np.dot(p[live], best)) > 0.0
+            return float(np.dot(p[live], best))
 
+    def f_positive(rho: float) -> bool:
+        return f_value(rho) > 0.0
+
+    for end, pick in ((big, np.argmax), (-big, np.argmin)):
+        f_end = f_value(end)
+        if (f_end > 0.0) if end > 0.0 else (f_end < 0.0):  # rho_star beyond end: outside float64
+            x, a = np.unravel_index(pick(ratios), ratios.shape)
+            raise ValueError(
+                f"rho_star lies outside the float64 range: F({end:g}) = {f_end:g}; e.g. "
+                f"rbar[{x}, {a}] / dbar[{x}, {a}] = {rbar[x, a]:g} / {dbar[x, a]:g}"
+            )
     lo, hi = float(ratios.min()), float(ratios.max())
     for _ in range(int(max_iter)):
         mid = 0.5 * lo + 0.5 * hi
@@ -190,7 +225,8 @@ def rho_star_bruteforce(
     """Optimal rate by enumerating all ``A**C`` deterministic policies (small instances only).
 
     Raises:
-      ValueError: if ``A**C > max_policies``.
+      ValueError: if ``A**C > max_policies``, or the best rate is not finite in float64
+        (rho_star outside the float64 range).
     """
     p, rbar, dbar = check_instance(p, rbar, dbar)
     C, A = rbar.shape
@@ -201,8 +237,10 @@ def rho_star_bruteforce(
         val = policy_rate(np.asarray(u), p, rbar, dbar)
         if val > best:
             best, best_u = val, np.asarray(u)
-    assert best_u is not None  # A**C >= 1 policies were scored
-    return float(best), best_u
+    if best_u is None:  # every policy's rate is -inf or NaN: take the first, to name it
+        best_u = np.zeros(C, np.int64)
+        best = policy_rate(best_u, p, rbar, dbar)
+    return _check_finite_rate(float(best), best_u, p, rbar, dbar), best_u
 
 
 def rho_star(p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> float:
@@ -217,7 +255,8 @@ def rho_star(p: np.ndarray, rbar: np.ndarray, dbar: np.ndarray) -> float:
       (:func:`rho_star_dinkelbach`; Dinkelbach, Management Science 13(7), 1967).
 
     Raises:
-      ValueError: bad instance (see :func:`check_instance`).
+      ValueError: bad instance (see :func:`check_instance`) or a rate outside the float64 range
+        (see :func:`rho_star_dinkelbach`).
     """
     return rho_star_dinkelbach(p, rbar, dbar)[0]
 

@@ -223,8 +223,10 @@ def simulate(
       hyper: agent hyper-parameters (NamedTuple of scalars, shared by all seeds).
       params: environment parameters with a leading seed axis of length ``S`` (one permuted
         instance per seed, e.g. ``envs.make_trial_params``).
-      seeds: ``S`` distinct ints in ``[0, 2**32)``; seed ``s`` owns key ``jax.random.key(s)``
-        (repeats are allowed only with ``per_seed_hyper``, where each run has its own setting).
+      seeds: ``S`` distinct ints in ``[0, 2**32)``; seed ``s`` owns key
+        ``jax.random.key(s, impl=PRNG_IMPL)`` (threefry whatever the default implementation;
+        :func:`seed_keys`). Repeats are allowed only with ``per_seed_hyper``, where each run has
+        its own setting.
       n_steps: decisions per seed (>= 1).
       max_checkpoints: at most this many curve points (see :func:`checkpoint_grid`).
       shard: shard the seed axis over all local devices (padding to a multiple of the device

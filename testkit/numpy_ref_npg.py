@@ -76,7 +76,7 @@ def niw_update(
       fewer than 2 slots are usable.
 
     Raises:
-      ValueError: on bad slot shapes or ``lam`` outside ``(0, 1]`` (or NaN).
+      ValueError: on bad slot shapes or ``lam`` outside ``(0, 1]`` (or NaN, or not one number).
 
     Source: Murphy (2007), "Conjugate Bayesian analysis of the Gaussian distribution", NIW
     posterior; forgetting rule of DESIGN.md section 4.
@@ -106,7 +106,7 @@ def niw_estimate(
       ``max(0, quantile of the batch rates)``, a float.
 
     Raises:
-      ValueError: on ``quantile`` outside ``[0, 1]`` (or NaN).
+      ValueError: on ``quantile`` outside ``[0, 1]`` (or NaN, or not one number).
     """
     niw.check_quantile(quantile)
     df, loc, _, chol = niw.predictive_params(np, state)

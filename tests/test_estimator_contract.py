@@ -400,6 +400,38 @@ def test_lam_and_quantile_checks_reject_nan_and_out_of_range_naming_the_value(ba
         backend.mod.make_niw_estimator(num_slots=8, quantile=bad)
 
 
+def test_rate_quantile_names_a_nan_inside_an_array(backend):
+    """``rate_quantile(draws, [0.5, nan])`` raises the range error naming the NaN on both
+    backends (converting the array to a float before the check gives a TypeError naming
+    nothing)."""
+    draws = backend.array(np.ones((4, 3, 2)))
+    for bad in (np.array([0.5, np.nan]), backend.array([0.5, np.nan])):
+        with pytest.raises(ValueError, match=r"quantile must lie in \[0, 1\], got \[nan\]"):
+            backend.mod.rate_quantile(draws, bad)
+
+
+@pytest.mark.parametrize("shape", [(2,), (1,)])
+def test_lam_and_quantile_arrays_of_valid_values_must_be_one_number(backend, shape):
+    """An array of in-range values that is not 0-d is refused when the estimator is built and by
+    every eager call, naming the shape (the state and ``rho_hat`` are scalars; unchecked, a
+    ``(2,)`` quantile bound into the JAX estimator fails only inside the first refit, with a
+    ``lax.cond`` type error)."""
+    r, t = slot_data(9, num_slots=8)
+    state = backend.update(backend.init(), r, t)
+    bad = np.full(shape, 0.5)
+    needle = r"must be one number \(a 0-d array\), got shape \(" + str(shape[0])
+    with pytest.raises(ValueError, match="quantile " + needle):
+        backend.mod.make_niw_estimator(num_slots=8, quantile=bad)
+    with pytest.raises(ValueError, match="lam " + needle):
+        backend.mod.make_niw_estimator(num_slots=8, lam=bad)
+    with pytest.raises(ValueError, match="lam " + needle):
+        backend.eager_update(state, r, t, bad)
+    with pytest.raises(ValueError, match="quantile " + needle):
+        backend.eager_estimate(state, 0, 8, bad)
+    with pytest.raises(ValueError, match="quantile " + needle):
+        backend.mod.rate_quantile(backend.array(np.ones((4, 3, 2))), bad)
+
+
 def test_valid_array_lam_and_quantile_are_accepted_and_used(backend):
     """The checks do not reject good arrays: a 0-d backend array gives what the number gives."""
     r, t = slot_data(8, num_slots=16)

@@ -162,7 +162,8 @@ def make_cucb(
       bruteforce: exact variant by plain full enumeration (tests, benchmarks, small ``A**C``).
 
     Returns:
-      ``Agent(init, act, update)``; ``hyper`` is a :class:`CUCBHyper`, the state a
+      ``Agent(init, act, update, n_contexts=C, n_actions=A)`` (``rpg_jax.simulate.simulate``
+      refuses an environment of another size); ``hyper`` is a :class:`CUCBHyper`, the state a
       :class:`CUCBState` whose float dtype is that of ``hyper.c1``.
 
     Raises:
@@ -249,4 +250,4 @@ def make_cucb(
         u_best = jnp.where(found, u, state.u_best)
         return CUCBState(n, sum_r, sum_d, t, lam.astype(dtype), u_best.astype(jnp.int32))
 
-    return Agent(init=init, act=act, update=update)
+    return Agent(init=init, act=act, update=update, n_contexts=C, n_actions=A)

@@ -71,8 +71,7 @@ def _build(name: str, n_contexts: int, n_actions: int) -> Agent:
     """One Agent object per (name, C, A), so the simulator's compiled code is reused."""
     if name in ("npg-niw", "spg-niw"):
         return make_pg_agent(n_contexts, n_actions, natural=(name == "npg-niw"))
-    agent = make_cucb(n_contexts, n_actions, exact=(name != "cucb-sampled"))
-    return agent._replace(n_contexts=n_contexts, n_actions=n_actions)
+    return make_cucb(n_contexts, n_actions, exact=(name != "cucb-sampled"))
 
 
 def validate_agent(

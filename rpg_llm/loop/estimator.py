@@ -99,7 +99,7 @@ def slot_vectors(slot_rewards, slot_times, dtype: torch.dtype | None = None):
 def forgetting_prior(state: NIWState, lam: float | torch.Tensor = LAM):
     """``(mu0, kappa0, nu0, psi0)`` of the next refit (the first prior before any real refit,
     else ``(mu, lam kappa, max(lam nu, D + 2), lam psi)``): :func:`rpg_core.niw.forgetting_prior`
-    on tensors. Raises ValueError if ``lam`` is outside ``(0, 1]`` or NaN.
+    on tensors. Raises ValueError if ``lam`` is outside ``(0, 1]``, NaN or not one number.
     """
     niw.check_lam(lam)
     lam = torch.as_tensor(lam, dtype=state.kappa.dtype, device=state.kappa.device)
@@ -122,7 +122,7 @@ def update(state: NIWState, slot_rewards, slot_times, lam: float | torch.Tensor 
 
     Raises:
       ValueError: on mismatched / non-1-D slot arrays, zero slots, or ``lam`` outside ``(0, 1]``
-        (or NaN).
+        (or NaN, or not one number).
 
     Source: DESIGN.md section 4; paper Algorithm 1 ("Fit f_rho on B").
     """
@@ -204,10 +204,12 @@ def predictive_draws(
 def rate_quantile(draws: torch.Tensor, quantile: float | torch.Tensor = QUANTILE) -> torch.Tensor:
     """``rho_hat = max(0, quantile)`` over the batches of ``draws`` ``(M, S, 2)`` of the batch rate
     ``mean r / mean exp(log t)`` (:func:`rpg_core.niw.rate_quantile`, NumPy's linear
-    interpolation); a 0-d tensor, >= 0. Raises ValueError on another shape, or a ``quantile``
-    outside ``[0, 1]`` or NaN.
+    interpolation); a 0-d tensor, >= 0. ``quantile``: a number or a 0-d array / tensor.
+    Raises ValueError on another shape of ``draws``, or a ``quantile`` outside ``[0, 1]``, NaN
+    (also inside an array; the error names it) or not 0-d.
     """
     niw.check_draws_shape(draws.shape)
+    niw.check_quantile(quantile)  # before float(): an array's NaN is named, not a TypeError
     return niw.rate_quantile(torch, niw.batch_rates(torch, draws), float(quantile))
 
 
@@ -228,8 +230,8 @@ def estimate(
 
     Raises:
       ValueError: on a non-positive ``num_slots`` / ``num_batches``, a ``quantile`` outside
-        ``[0, 1]`` (or NaN), an unknown ``sampler`` or a ``generator`` that is not a seeded
-        ``torch.Generator``.
+        ``[0, 1]`` (or NaN, or not one number), an unknown ``sampler`` or a ``generator`` that is
+        not a seeded ``torch.Generator``.
     """
     _check_sampling(num_slots, num_batches, quantile, sampler)
     _check_generator(generator)

@@ -39,6 +39,8 @@ from paper_figures import regret_vs_arms
         (["--agent-seeds", "npg-niw=10", "--agent-seeds", "npg-niw=20"], "npg-niw=20"),
         (["--cell-seeds", "npg-niw:5=3", "--cell-seeds", "npg-niw:5=4"], "npg-niw:5=4"),
         (["--cell-seeds", "npg-niw:7=3"], "npg-niw:7=3"),
+        (["--seed-start", "-1"], "--seed-start must be >= 0, got -1"),
+        (["--seed-start", "4294967295", "--seeds", "3"], "4294967295..4294967297"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line_before_out_exists(argv, needle, capsys, tmp_path):

@@ -10,6 +10,10 @@ from paper_figures import tune_small
     [
         (["--seed-start", "0", "--seeds", "2"], "overlap the evaluation seeds"),
         (["--seed-start", "99", "--seeds", "5"], "99..103"),
+        (["--seed-start", "-5", "--seeds", "2"], "--seed-start must be >= 0, got -5"),
+        (["--seed-start", "4294967295", "--seeds", "3"], "4294967295..4294967297"),
+        (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+        (["--contexts", "2"], "--contexts 2: the reference environments need >= 4 contexts"),
         (["--c1-grid", "abc"], "--c1-grid"),
         (["--c1-grid", "-1", "--agents", "cucb-tuned"], "c1"),
         (["--lr-grid", "0"], "lr"),

@@ -1,6 +1,7 @@
 """Tests of rpg_jax.envs: reference layout, exact means, sampling, permutation, validation."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -384,3 +385,26 @@ def test_bisection_ratio_overflow():
     got = rates.rho_star_bisection(p, rbar, dbar)
     assert np.isfinite(got) and abs(got / expect - 1) < 1e-12
     assert abs(rates.rho_star_dinkelbach(p, rbar, dbar)[0] / expect - 1) < 1e-12
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_rho_star_outside_float64_range_raises_naming_the_ratio():
+    """rbar/dbar = 1e308/1e-10: the optimal rate itself overflows float64. Bisection refuses
+    (clipping the bracket would return the largest float, 1e10 times too small), and so do
+    Dinkelbach (an inf rate) and enumeration, naming the values; -1e308/1e-10 likewise."""
+    for r0, end in ((1e308, "F(1.79769e+308)"), (-1e308, "F(-1.79769e+308)")):
+        p, rbar, dbar = np.array([1.0]), np.array([[r0, r0]]), np.array([[1e-10, 1e-10]])
+        with pytest.raises(ValueError, match=rf"outside the float64 range: {re.escape(end)}"):
+            rates.rho_star_bisection(p, rbar, dbar)
+        for f in (rates.rho_star, rates.rho_star_bruteforce):
+            with pytest.raises(ValueError, match=re.escape(f"policy [0] is {r0!r} / 1e-10 = ")):
+                f(p, rbar, dbar)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_rho_star_finite_when_only_a_losing_policy_overflows():
+    """Policy [0] has rate -1e318 (overflows to -inf), the optimal one -1: all three agree."""
+    p, rbar, dbar = np.array([1.0]), np.array([[-1e308, -1.0]]), np.array([[1e-10, 1.0]])
+    assert rates.rho_star(p, rbar, dbar) == -1.0
+    assert rates.rho_star_bruteforce(p, rbar, dbar)[0] == -1.0
+    assert abs(rates.rho_star_bisection(p, rbar, dbar) + 1.0) < 1e-12

@@ -204,3 +204,26 @@ def test_agent_size_must_match_environment():
         simulate(agent, hyper, params, [0], 10)
     with pytest.raises(ValueError, match="7 actions"):
         simulate(make_uniform_agent(7), NoHyper(), params, [0], 10)
+
+
+def test_cucb_built_directly_and_progress_wrapped_agents_keep_the_size_check():
+    """A K = 10 C-UCB from ``make_cucb`` (not through ``make_agent``) on a K = 5 environment, and
+    any agent wrapped by the figures' progress counter, are refused like the registry's agents
+    (without the sizes they ran with clamped indices)."""
+    import jax.numpy as jnp
+
+    from paper_figures._progress import with_progress
+    from rpg_jax.agents.cucb import CUCBHyper, make_cucb
+    from rpg_jax.agents.registry import make_agent
+
+    params = make_trial_params("E1", 5, 4, [0])  # 4 contexts, 6 actions (K = 5 + SKIP)
+    hyper = CUCBHyper(jnp.float32(1.0), jnp.float32(0.1))
+    with pytest.raises(ValueError, match="11 actions, the environment has 6"):
+        simulate(make_cucb(4, 11), hyper, params, [0], 10)
+    with pytest.raises(ValueError, match="3 contexts, the environment has 4"):
+        simulate(make_cucb(3, 6, exact=False), hyper, params, [0], 10)
+    agent, pg_hyper, _ = make_agent("npg-niw", 4, 11, {"lr": 1.0, "age_bound": 60})
+    wrapped = with_progress(agent, 5)
+    assert (wrapped.n_contexts, wrapped.n_actions) == (4, 11)
+    with pytest.raises(ValueError, match="11 actions, the environment has 6"):
+        simulate(wrapped, pg_hyper, params, [0], 10)

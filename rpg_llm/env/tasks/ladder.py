@@ -42,18 +42,16 @@ def set_constants(code: str, constants: dict) -> str:
     Raises:
         ValueError: a name is not assigned exactly once at the top level of ``code``.
     """
-    from rpg_llm.env.actions import editable_constants
+    from rpg_llm.env.actions import apply_edit, editable_constants
 
     for name, value in constants.items():
         pattern = re.compile(rf"^{re.escape(name)}\s*=.*$", re.MULTILINE)
         if len(pattern.findall(code)) != 1:
             raise ValueError(f"constant {name!r} must be assigned exactly once at top level")
-        c = editable_constants(code).get(name)
-        if c is None:
-            code = pattern.sub(f"{name} = {value!r}", code)
+        if name in editable_constants(code):
+            code = apply_edit(code, {name: value})
         else:
-            raw = code.encode()
-            code = (raw[: c.start] + repr(value).encode() + raw[c.end :]).decode()
+            code = pattern.sub(f"{name} = {value!r}", code)
     return code
 
 

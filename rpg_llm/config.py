@@ -315,6 +315,8 @@ class LoopConfig:
             trainer is built afterwards, so its reference and critic start from the SFT weights.
         sft_lr, sft_batch_size, sft_examples: AdamW learning rate, pairs per SFT step, and the
             number of prompt -> answer pairs built from the task's baselines.
+        sft_switch_fraction: share of the edit pairs whose answer changes a declared switch
+            such as ``MODEL`` (``rpg_llm.learner.sft.build_sft_examples``), in [0, 1].
         sft_seed: seed of the SFT pairs and batch order (None: ``seed``). Runs that differ only
             in ``seed`` but share ``sft_seed`` start RL from bit-identical SFT weights, which
             :mod:`rpg_llm.learner.sft_cache` then computes once (``paper_figures.llm_table`` does
@@ -407,6 +409,10 @@ class LoopConfig:
     sft_examples: int = field(
         default=64, metadata=flag(help="SFT pairs built from the task's baseline scripts")
     )
+    sft_switch_fraction: float = field(
+        default=0.25,
+        metadata=flag(help="share of SFT edit pairs that change a declared switch (MODEL)"),
+    )
     sft_seed: int | None = field(
         default=None,
         metadata=flag(help="seed of the SFT pairs and batches (default: --seed)"),
@@ -442,6 +448,9 @@ class LoopConfig:
             raise ValueError(f"exec_budget_s must be a number of seconds > 0, got {b!r}")
         if not (isinstance(self.sft_lr, int | float) and self.sft_lr > 0):
             raise ValueError(f"sft_lr must be > 0, got {self.sft_lr!r}")
+        f = self.sft_switch_fraction
+        if not (isinstance(f, int | float) and not isinstance(f, bool) and 0.0 <= f <= 1.0):
+            raise ValueError(f"sft_switch_fraction must lie in [0, 1], got {f!r}")
         if not isinstance(self.describe, bool):
             raise ValueError(f"describe must be True or False, got {self.describe!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:

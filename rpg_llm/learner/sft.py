@@ -46,6 +46,7 @@ from rpg_llm.env.prompts import BASELINE_OUTCOME, base_prompt, edit_prompt
 __all__ = [
     "SFTExample",
     "plausible_values",
+    "declared_switches",
     "edit_answer",
     "build_sft_examples",
     "tokenize_example",
@@ -125,16 +126,38 @@ def edit_answer(changes: dict[str, Any]) -> str:
     return f"```python\n{lines}\n```"
 
 
-def _random_changes(code: str, rng: random.Random, max_changes: int) -> dict[str, Any]:
-    options = {
+def _edit_options(code: str) -> dict[str, list[Any]]:
+    """Each editable constant of ``code`` that has plausible other values -> those values."""
+    return {
         name: vals
         for name, c in editable_constants(code).items()
         if (vals := plausible_values(name, c.value, declared_choices(c)))
     }
+
+
+def declared_switches(code: str) -> list[str]:
+    """Names of the string constants of ``code`` whose comment declares their values (the model
+    family switch ``MODEL = "hgb"  # one of "hgb", "rf", ...``), in source order."""
+    return [name for name, c in editable_constants(code).items() if declared_choices(c)]
+
+
+def _random_changes(
+    code: str, rng: random.Random, max_changes: int, switch: bool = False
+) -> dict[str, Any]:
+    """1 .. ``max_changes`` constants of ``code`` moved to plausible other values; with
+    ``switch``, one of them is a declared switch (when ``code`` has one)."""
+    options = _edit_options(code)
     if not options:
         return {}
+    forced = [n for n in declared_switches(code) if n in options] if switch else []
     k = rng.randint(1, min(max_changes, len(options)))
-    names = sorted(rng.sample(sorted(options), k), key=list(options).index)
+    if forced:
+        first = rng.choice(forced)
+        rest = [n for n in sorted(options) if n != first]
+        names = [first, *rng.sample(rest, min(k - 1, len(rest)))]
+    else:
+        names = rng.sample(sorted(options), k)
+    names.sort(key=list(options).index)
     return {name: rng.choice(options[name]) for name in names}
 
 
@@ -149,6 +172,7 @@ def build_sft_examples(
     count_tokens: Callable[[str], int] | None = None,
     max_changes: int = 2,
     moved_parent_fraction: float = 0.5,
+    switch_fraction: float = 0.25,
 ) -> list[SFTExample]:
     """``n`` prompt -> answer pairs from a task's baseline scripts, in the given action format.
 
@@ -165,6 +189,11 @@ def build_sft_examples(
         max_changes: an edit answer changes 1 .. ``max_changes`` constants.
         moved_parent_fraction: edit format: the share of pairs whose parent is the baseline with
             its constants already moved to other plausible values (the rest: as shipped).
+        switch_fraction: edit format: the share of pairs, among those whose parent declares a
+            switch (:func:`declared_switches`), whose answer changes that switch (e.g. the model
+            family), so that the sampled policy proposes family changes at all. Drawn
+            uniformly, a switch is one constant of about a dozen and an answer changes it about
+            one time in eight.
 
     Returns:
         The pairs; an edit answer always parses (:func:`rpg_llm.env.actions.parse_action`) against
@@ -178,8 +207,12 @@ def build_sft_examples(
         raise ValueError(f"action must be one of {', '.join(ACTION_FORMATS)}, got {action!r}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    if not 0.0 <= moved_parent_fraction <= 1.0:
-        raise ValueError(f"moved_parent_fraction must lie in [0, 1], got {moved_parent_fraction}")
+    for name, frac in (
+        ("moved_parent_fraction", moved_parent_fraction),
+        ("switch_fraction", switch_fraction),
+    ):
+        if not (isinstance(frac, int | float) and 0.0 <= frac <= 1.0):
+            raise ValueError(f"{name} must lie in [0, 1], got {frac!r}")
     if max_changes < 1:
         raise ValueError(f"max_changes must be >= 1, got {max_changes}")
     if not baselines:
@@ -203,7 +236,7 @@ def build_sft_examples(
         _, parent = usable[i % len(usable)]
         if rng.random() < moved_parent_fraction:
             parent = apply_edit(parent, _random_changes(parent, rng, max_changes))
-        changes = _random_changes(parent, rng, max_changes)
+        changes = _random_changes(parent, rng, max_changes, rng.random() < switch_fraction)
         prompt = edit_prompt(
             description, parent, BASELINE_OUTCOME, timeout_s, max_prompt_tokens, count_tokens
         )
@@ -449,6 +482,8 @@ class FormatRates:
         n: answers sampled.
         in_format: fraction that parse as an edit (``parse_action(...).kind == "edit"``).
         changed: fraction that parse as an edit *and* change at least one value.
+        switched: fraction that parse as an edit and change a declared switch of their parent
+            (:func:`declared_switches`, e.g. ``MODEL``).
         scripts: fraction whose block is a whole script (run as a script).
         answers: the decoded answers.
     """
@@ -456,6 +491,7 @@ class FormatRates:
     n: int
     in_format: float
     changed: float
+    switched: float
     scripts: float
     answers: tuple[str, ...]
 
@@ -498,10 +534,15 @@ def format_rates(
     )
     actions = [parse_action(t, "edit", p) for t, p in zip(gen.texts, parents, strict=True)]
     n = len(actions)
+    switched = sum(
+        a.kind == "edit" and bool(set(a.changed) & set(declared_switches(p)))
+        for a, p in zip(actions, parents, strict=True)
+    )
     return FormatRates(
         n=n,
         in_format=sum(a.kind == "edit" for a in actions) / n,
         changed=sum(a.kind == "edit" and bool(a.changed) for a in actions) / n,
+        switched=switched / n,
         scripts=sum(a.kind == "script" for a in actions) / n,
         answers=tuple(gen.texts),
     )
@@ -531,6 +572,12 @@ def _main(argv: Sequence[str] | None) -> int:
     p.add_argument("--batch-size", type=int, default=4, help="examples per SFT step")
     p.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate")
     p.add_argument("--pairs", type=int, default=64, help="SFT pairs built from the baselines")
+    p.add_argument(
+        "--switch-fraction",
+        type=float,
+        default=0.25,
+        help="share of edit pairs that change a declared switch such as MODEL",
+    )
     p.add_argument("--samples", type=int, default=16, help="answers sampled before and after")
     p.add_argument("--max-new-tokens", type=int, default=48, help="answer cap (tokens)")
     p.add_argument("--max-prompt-tokens", type=int, default=1024, help="prompt budget (tokens)")
@@ -552,6 +599,7 @@ def _main(argv: Sequence[str] | None) -> int:
         ("--timeout", args.timeout, args.timeout > 0),
         ("--threads", args.threads, 1 <= args.threads <= 4096),
         ("--seed", args.seed, args.seed >= 0),
+        ("--switch-fraction", args.switch_fraction, 0.0 <= args.switch_fraction <= 1.0),
     ]:
         if not (ok):
             raise UsageError(f"{flag}: invalid value {value!r}")
@@ -591,7 +639,9 @@ def _main(argv: Sequence[str] | None) -> int:
         seed=args.seed,
         max_prompt_tokens=budget,
         count_tokens=count,
+        switch_fraction=args.switch_fraction,
     )
+    switches = {name for _, code in baselines for name in declared_switches(code)}
     kw = dict(max_new_tokens=args.max_new_tokens, seed=args.seed, max_prompt_tokens=None)
 
     def say(text: str) -> None:
@@ -621,10 +671,23 @@ def _main(argv: Sequence[str] | None) -> int:
         "batch_size": args.batch_size,
         "lr": args.lr,
         "pairs": args.pairs,
+        "switch_fraction": args.switch_fraction,
+        "pairs_switching": sum(
+            any(line.split(" = ")[0] in switches for line in e.answer.splitlines())
+            for e in examples
+        ),
         "samples": args.samples,
         "prompt_tokens": [len(tok(pr)["input_ids"]) for pr in prompts[: len(baselines)]],
-        "before": {"in_format": before.in_format, "changed": before.changed},
-        "after": {"in_format": after.in_format, "changed": after.changed},
+        "before": {
+            "in_format": before.in_format,
+            "changed": before.changed,
+            "switched": before.switched,
+        },
+        "after": {
+            "in_format": after.in_format,
+            "changed": after.changed,
+            "switched": after.switched,
+        },
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
         "losses": losses,
@@ -642,6 +705,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(
             f"{name:>6}: {round(r.in_format * r.n)} of {r.n} in the edit format, "
             f"{round(r.changed * r.n)} of {r.n} change a value, "
+            f"{round(r.switched * r.n)} of {r.n} change a declared switch, "
             f"{round(r.scripts * r.n)} whole scripts"
         )
     if args.out:

@@ -123,6 +123,7 @@ class WarmStart:
             seed=seed,
             max_prompt_tokens=budget,
             count_tokens=self._count_tokens,
+            switch_fraction=cfg.sft_switch_fraction,
         )
         settings = {
             "steps": cfg.sft_steps,

@@ -69,6 +69,7 @@ def test_flags_set_nested_fields_and_leave_the_rest():
         (["--clip-ratio", "-1"], "--clip-ratio must be > 0, got -1.0"),
         (["--max-prompt-tokens", "100"], "--max-prompt-tokens must be an integer >= 256, got 100"),
         (["--top-p", "1.5"], "--top-p must lie in (0, 1], got 1.5"),
+        (["--sft-switch-fraction", "2"], "--sft-switch-fraction must lie in [0, 1], got 2.0"),
     ],
 )
 def test_bad_values_name_the_flag(argv, needle):

@@ -16,6 +16,7 @@ from rpg_llm.learner.sft import (
     SFTExample,
     answer_loss,
     build_sft_examples,
+    declared_switches,
     edit_answer,
     main,
     plausible_values,
@@ -58,18 +59,41 @@ def test_plausible_values_of_the_baselines_constants():
     assert plausible_values("MODEL", "knn", ("hgb", "knn", "rf")) == ["hgb", "rf"]
 
 
-def test_edit_pairs_switch_the_model_family_to_declared_values():
-    code = dict(baseline_solutions("diamonds-price-rmse"))["family"]
-    pairs = build_sft_examples("", [("family", code)], "edit", 60, n=64, seed=0)
-    switched = []
+def _switched(pairs):
+    out = []
     for p in pairs:
         changes = parse_action(p.answer, "edit", _parent_of(p.prompt)).changes
         if "MODEL" in changes:
-            switched.append(changes["MODEL"])
+            out.append(changes["MODEL"])
+    return out
+
+
+def test_edit_pairs_switch_the_model_family_to_declared_values():
+    code = dict(baseline_solutions("diamonds-price-rmse"))["family"]
+    assert declared_switches(code) == ["MODEL"]
     families = {"hgb", "knn", "rf", "ridge", "tree"}
-    # 12 constants, 1-2 changed per answer: MODEL in about 1 of 8 answers
-    assert 3 <= len(switched) <= 20 and set(switched) <= families
-    assert len(set(switched)) >= 3
+    uniform = _switched(
+        build_sft_examples("", [("family", code)], "edit", 60, n=64, seed=0, switch_fraction=0.0)
+    )
+    # 12 constants, 1-2 changed per answer: MODEL in about 1 of 8 answers when drawn uniformly
+    assert 3 <= len(uniform) <= 20 and set(uniform) <= families
+    assert len(set(uniform)) >= 3
+    # the default share: 1/4 forced plus 3/4 of the uniform eighth, about 22 of 64
+    default = _switched(build_sft_examples("", [("family", code)], "edit", 60, n=64, seed=0))
+    assert 12 <= len(default) <= 34 and set(default) <= families
+    every = build_sft_examples("", [("family", code)], "edit", 60, n=64, seed=0, switch_fraction=1)
+    switched = _switched(every)
+    assert len(switched) == 64 and set(switched) == families
+    # a forced switch still leaves room for a second change
+    sizes = {len(parse_action(p.answer, "edit", _parent_of(p.prompt)).changes) for p in every}
+    assert sizes == {1, 2}
+
+
+def test_switch_fraction_outside_the_unit_interval_is_named():
+    code = dict(baseline_solutions("diamonds-price-rmse"))["family"]
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="switch_fraction must lie in"):
+            build_sft_examples("", [("family", code)], "edit", 60, n=4, switch_fraction=bad)
 
 
 def test_edit_answer_text():

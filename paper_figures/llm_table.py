@@ -22,7 +22,10 @@ What it does, in order:
    (``figures/<task>/budget_curves.{png,pdf,csv}``, drawn by
    :func:`paper_figures.budget_curves.budget_curves`), and per task and arm the mean time and
    mean raw reward of the valid generated scripts at every step (``llm_table_steps.csv``,
-   ``figures/<task>/steps.{png,pdf}``; :func:`step_means`). With ``--probe N`` every finished
+   ``figures/<task>/steps.{png,pdf}``; :func:`step_means`), and per task and arm what the
+   answers did to their parents: declared-switch changes (``MODEL``), dead edits, better
+   children, time ratios (``llm_table_edits.csv`` and a section of ``llm_table.md``;
+   :func:`edit_rows`). With ``--probe N`` every finished
    run is probed (:mod:`rpg_llm.probe`: the trained and the SFT-only policy answer the same
    fixed parents) and ``llm_table_probe.{csv,png,pdf}`` show trained minus SFT per task and arm.
 
@@ -103,6 +106,9 @@ __all__ = [
     "table_fields",
     "ablation_effects",
     "step_means",
+    "EDIT_FIELDS",
+    "edit_rows",
+    "edits_markdown",
     "plot_steps",
     "probe_rows",
     "plot_probe",
@@ -813,6 +819,107 @@ def plot_steps(task: str, rows: Sequence[dict], folder: Path) -> tuple[Path, Pat
     return save_figure(fig, folder, "steps")
 
 
+EDIT_FIELDS = [
+    "task",
+    "arm",
+    "runs",
+    "answers",
+    "valid",
+    "switched",
+    "switched_valid",
+    "same_as_parent",
+    "better_than_parent",
+    "time_ratio_geo_mean",
+]
+
+
+def _switch_values(code: str) -> dict[str, object]:
+    from rpg_llm.env.actions import declared_choices, editable_constants
+
+    return {n: c.value for n, c in editable_constants(code).items() if declared_choices(c)}
+
+
+def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
+    """Per arm, what the generated answers did to their parents: can edits cross the frontier?
+
+    Every training sample (step >= 1) of the arm's runs is an answer; its parent is the buffer
+    sample it was generated from (none for an answer to the base prompt). Counts over the arm's
+    runs:
+
+    * ``valid``: answers whose script ran and was graded (status ``ok``);
+    * ``switched``: answers that changed a declared switch of their parent (a string constant
+      whose comment quotes its values, such as the model family ``MODEL``;
+      :func:`rpg_llm.env.actions.declared_choices`), ``switched_valid`` those of them valid;
+    * ``same_as_parent``: valid answers with a valid parent and the parent's raw reward exactly
+      (a dead edit: a knob the parent's family ignores, or a no-op);
+    * ``better_than_parent``: valid answers with a raw reward above their valid parent's;
+    * ``time_ratio_geo_mean``: geometric mean of the answer's measured time over its parent's,
+      valid pairs with both times > 0 (below 1: the answers run faster than their parents).
+
+    Args:
+        run_dirs: arm -> its finished run folders.
+
+    Returns:
+        One row per arm with the fields of :data:`EDIT_FIELDS`.
+    """
+    from rpg_llm.loop.buffer import SampleBuffer
+    from rpg_llm.loop.runfolder import RunFolder
+
+    rows = []
+    for arm, dirs in run_dirs.items():
+        n = {k: 0 for k in EDIT_FIELDS[4:-1]}
+        answers, log_ratios = 0, []
+        for d in dirs:
+            with SampleBuffer(RunFolder(d).buffer_path, capacity=1) as buf:
+                samples = buf.all()
+            by_id = {x.id: x for x in samples}
+            for x in samples:
+                if x.step < 1:
+                    continue
+                answers += 1
+                ok = x.status == "ok"
+                n["valid"] += ok
+                parent = by_id.get(x.parent_id) if x.parent_id is not None else None
+                if parent is None:
+                    continue
+                before = _switch_values(parent.code)
+                after = _switch_values(x.code) if x.code else {}
+                changed = any(after.get(k, v) != v for k, v in before.items())
+                n["switched"] += changed
+                n["switched_valid"] += changed and ok
+                if not (ok and parent.status == "ok"):
+                    continue
+                n["same_as_parent"] += x.raw_reward == parent.raw_reward
+                n["better_than_parent"] += x.raw_reward > parent.raw_reward
+                if x.exec_time > 0 and parent.exec_time > 0:
+                    log_ratios.append(math.log(x.exec_time / parent.exec_time))
+        ratio = math.exp(float(np.mean(log_ratios))) if log_ratios else math.nan
+        rows.append(
+            {"task": task, "arm": arm, "runs": len(dirs), "answers": answers}
+            | n
+            | {"time_ratio_geo_mean": _g(ratio)}
+        )
+    return rows
+
+
+def edits_markdown(rows: Sequence[dict]) -> str:
+    """The :func:`edit_rows` table as markdown (counts of answers, summed over runs)."""
+    if not rows:
+        return ""
+    lines = [
+        "| task | arm | runs | answers | valid | changed a declared switch (valid) "
+        "| same raw as parent | better than parent | time / parent's (geo. mean) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['task']} | {r['arm']} | {r['runs']} | {r['answers']} | {r['valid']} "
+            f"| {r['switched']} ({r['switched_valid']}) | {r['same_as_parent']} "
+            f"| {r['better_than_parent']} | {r['time_ratio_geo_mean']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 PROBE_FIELDS = [
     "task",
     "arm",
@@ -905,7 +1012,7 @@ def write_table(
     from paper_figures.budget_curves import budget_curves
     from rpg_llm.loop.budget import read_chains
 
-    rows, written, run_rows, step_rows = [], [], [], []
+    rows, written, run_rows, step_rows, edits = [], [], [], [], []
     for task in s.tasks:
         finished = [p for p in specs if p.task == task and run_state(p, cfgs[p]) == "done"]
         runs: dict[str, dict[int, list]] = {m: {} for m in s.arms}
@@ -924,6 +1031,7 @@ def write_table(
         dirs = [p.run_dir for p in finished]
         written += list(budget_curves(dirs, out / "figures" / task, points))
         per_arm = {m: [p.run_dir for p in finished if p.method == m] for m in s.arms}
+        edits += edit_rows(task, per_arm)
         steps = step_means(task, per_arm)
         if steps:
             step_rows += steps
@@ -937,13 +1045,14 @@ def write_table(
     written.append(_write_csv(out / "llm_table_runs.csv", run_rows, RUN_FIELDS))
     if step_rows:
         written.append(_write_csv(out / "llm_table_steps.csv", step_rows, STEP_FIELDS))
+    written.append(_write_csv(out / "llm_table_edits.csv", edits, EDIT_FIELDS))
     probed = probe_rows([p for p in specs if p.task in {r.task for r in rows}])
     if probed:
         written.append(_write_csv(out / "llm_table_probe.csv", probed, PROBE_FIELDS))
         written += list(plot_probe(probed, out))
     md = out / "llm_table.md"
     time_measure = cfgs[specs[0]].reward.time_measure
-    md.write_text(_markdown_document(s, rows, avg, dropped, time_measure))
+    md.write_text(_markdown_document(s, rows, avg, dropped, time_measure, edits))
     written.append(md)
     return rows, written
 
@@ -975,7 +1084,12 @@ def plot_table(rows: Sequence[TaskRow], out: Path) -> tuple[Path, Path]:
 
 
 def _markdown_document(
-    s: TableSettings, rows: Sequence[TaskRow], avg: float, dropped, time_measure: str = "wall"
+    s: TableSettings,
+    rows: Sequence[TaskRow],
+    avg: float,
+    dropped,
+    time_measure: str = "wall",
+    edits: Sequence[dict] = (),
 ) -> str:
     settings = (
         f"preset {s.preset}; model {s.model or 'the preset default'}; steps {s.steps}; batch "
@@ -1012,6 +1126,11 @@ def _markdown_document(
         + (
             f"\n## Ablation: choosing parents vs learning\n\n{ab}"
             if (ab := ablation_markdown(rows))
+            else ""
+        )
+        + (
+            f"\n## What the answers did to their parents\n\n{em}"
+            if (em := edits_markdown(edits))
             else ""
         )
         + f"\nChains without a value at B: {left_out}.\n"

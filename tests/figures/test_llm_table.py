@@ -484,6 +484,12 @@ def test_tiny_table_end_to_end_then_skips_finished_runs(tmp_path, tiny_model_dir
         assert float(row[f"{m}_mean"]) == pytest.approx(np.mean(vals), abs=1e-6)
     assert (out / "figures" / "churn-auc" / "budget_curves.png").exists()
     assert (out / "llm_table.md").exists() and (out / "llm_table_runs.csv").exists()
+    with open(out / "llm_table_edits.csv") as fh:
+        edits = {r["arm"]: r for r in csv.DictReader(fh)}
+    for m in lt.METHODS:  # 2 runs x 1 step x batch 2 answers per arm
+        assert int(edits[m]["answers"]) == 4 and int(edits[m]["runs"]) == 2
+        assert int(edits[m]["valid"]) <= 4
+    assert "What the answers did to their parents" in (out / "llm_table.md").read_text()
     capsys.readouterr()
     before = {d: (d / "buffer.sqlite").read_bytes() for d in runs.values()}
     assert lt.main(_cli_base(out, tiny_model_dir)) == 0
@@ -656,6 +662,54 @@ def test_step_means_by_hand(tmp_path):
     assert got["vanilla", 1]["n_runs"] == 1
     png, pdf = lt.plot_steps("churn-auc", rows, tmp_path / "fig")
     assert png.stat().st_size > 0 and pdf.exists()
+
+
+def test_edit_rows_count_switches_dead_edits_and_time_ratios_on_a_hand_made_buffer(tmp_path):
+    from rpg_llm.loop.buffer import Sample, SampleBuffer
+    from rpg_llm.loop.runfolder import RunFolder
+
+    def code(model, lr):
+        return (
+            f'MODEL = "{model}"  # one of "hgb", "rf", "ridge"\n'
+            f"LEARNING_RATE = {lr}  # hgb: shrinkage\nprint(MODEL, LEARNING_RATE)\n"
+        )
+
+    def sample(step, row, parent, src, raw, t, status="ok"):
+        return Sample(
+            run="r", step=step, row=row, task="diamonds-price-rmse", parent_id=parent,
+            prompt_hash="h", code=src, outcome_text="", score=None, raw_reward=raw,
+            exec_time=t, status=status, created_at=0.0,
+        )  # fmt: skip
+
+    def run(name, samples):
+        folder = RunFolder(tmp_path / name)
+        folder.create({"task": "diamonds-price-rmse"})
+        with SampleBuffer(folder.buffer_path, capacity=10) as buf:
+            buf.add_many(samples)
+        return folder.root
+
+    a = run(
+        "a",
+        [
+            sample(0, 0, None, code("ridge", 0.1), 0.3, 1.0),  # id 1: the seed parent
+            sample(1, 0, 1, code("hgb", 0.1), 0.9, 4.0),  # switch, better, 4x the time
+            sample(1, 1, 1, code("ridge", 0.2), 0.3, 1.0),  # dead knob: same raw, same time
+            sample(2, 0, 2, code("rf", 0.2), -10.0, 2.0, "error"),  # switch, invalid
+            sample(2, 1, None, code("rf", 0.1), 0.5, 1.0),  # base prompt: no parent
+        ],
+    )
+    b = run("b", [sample(0, 0, None, code("hgb", 0.1), 0.9, 4.0)])  # seeds only: no answer
+    rows = {r["arm"]: r for r in lt.edit_rows("diamonds-price-rmse", {"rpg": [a], "vanilla": [b]})}
+    got = {k: rows["rpg"][k] for k in lt.EDIT_FIELDS[2:-1]}
+    assert got == {
+        "runs": 1, "answers": 4, "valid": 3, "switched": 2, "switched_valid": 1,
+        "same_as_parent": 1, "better_than_parent": 1,
+    }  # fmt: skip
+    # valid pairs with a valid parent: 4.0 / 1.0 and 1.0 / 1.0 -> geometric mean 2
+    assert float(rows["rpg"]["time_ratio_geo_mean"]) == pytest.approx(2.0)
+    assert rows["vanilla"]["answers"] == 0 and rows["vanilla"]["time_ratio_geo_mean"] == "nan"
+    md = lt.edits_markdown(list(rows.values()))
+    assert "| diamonds-price-rmse | rpg | 1 | 4 | 3 | 2 (1) | 1 | 1 | 2 |" in md
 
 
 def test_probe_rows_and_figure_from_hand_made_probes(tmp_path):

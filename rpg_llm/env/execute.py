@@ -263,11 +263,12 @@ def _main(argv: Sequence[str] | None) -> int:
             f"script {str(args.script)!r} is not UTF-8 text (byte {exc.start}: {exc.reason})"
         ) from None
     from rpg_llm.env.tasks import load_competition
-    from rpg_llm.env.tasks.cliflags import mlebench_dir_arg
+    from rpg_llm.env.tasks.cliflags import data_root_arg, mlebench_dir_arg
 
     tree = mlebench_dir_arg(args.mlebench_dir)  # UsageError naming the flag / env var
+    data_root = data_root_arg(args.data_root, writable=False)  # a file: UsageError naming it
     try:
-        comp = load_competition(args.task, args.data_root, tree)
+        comp = load_competition(args.task, data_root, tree)
     except ValueError as exc:
         raise UsageError(f"--task {args.task}: {str(exc).splitlines()[0]}") from exc
     try:

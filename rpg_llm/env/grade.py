@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
-from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, mlebench_dir_arg
+from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, data_root_arg, mlebench_dir_arg
 from rpg_llm.env.tasks.format import load_competition
 from rpg_llm.env.tasks.grading import grade_submission, raw_reward
 
@@ -42,8 +42,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if not (args.submission.is_file()):
         raise UsageError(f"submission {args.submission} is a folder, not a CSV file")
     tree = mlebench_dir_arg(args.mlebench_dir)
+    data_root = data_root_arg(args.data_root, writable=False)  # a file: UsageError naming it
     try:
-        comp = load_competition(args.competition, args.data_root, tree)
+        comp = load_competition(args.competition, data_root, tree)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     report = grade_submission(comp, args.submission)  # GradingSetupError: exit 1, one line

@@ -127,7 +127,7 @@ def _baselines(args: Any, data_root: Path, tree: Path | None) -> int:
         sandbox = make_sandbox(args.sandbox)
     except ValueError as exc:
         raise UsageError(f"--sandbox {args.sandbox}: {str(exc).splitlines()[0]}") from exc
-    data_root = data_root_arg(args.data_root, writable=True)
+    data_root_arg(args.data_root, writable=True)  # after the other checks: makes the folder
     tables = []
     for name in names:
         comp = prepare(name, data_root, seed=args.seed)
@@ -143,7 +143,7 @@ def _prepare(args: Any, data_root: Path, tree: Path | None) -> int:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     if not (args.seed >= 0):
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
-    data_root = data_root_arg(args.data_root, writable=True)
+    data_root_arg(args.data_root, writable=True)  # after the other checks: makes the folder
     total = time.perf_counter()
     for name in names:
         start = time.perf_counter()

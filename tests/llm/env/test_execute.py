@@ -210,6 +210,11 @@ def test_cli_usage_errors_exit_2(data_root, tmp_path, capsys):
     assert err.startswith("python -m rpg_llm.env.execute: error:") and "--task" in err
     assert main([str(script), "--task", "toy", "--sandbox", "lxc"]) == 2
     assert "--sandbox" in capsys.readouterr().err
+    not_a_folder = tmp_path / "root.txt"
+    not_a_folder.write_text("x")
+    assert main([str(script), "--task", "toy", "--data-root", str(not_a_folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"--data-root {not_a_folder}: exists and is not a folder"), err
 
 
 # --- failure class "infra": the sandbox, the grader set-up or the machine failed ------------------

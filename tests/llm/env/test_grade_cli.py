@@ -145,3 +145,15 @@ def test_grade_cli_folder_as_submission_says_it_is_not_a_file(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and err.startswith("python -m rpg_llm.env.grade: error: ")
     assert f"submission {folder} is a folder, not a CSV file" in err
     assert list(folder.iterdir()) == []
+
+
+def test_grade_cli_data_root_that_is_a_file_is_named(tmp_path, capsys):
+    sub = tmp_path / "submission.csv"
+    sub.write_text("id,label\n")
+    root = tmp_path / "root.txt"
+    root.write_text("x")
+    assert grade_cli.main(["bbc-news-logloss", str(sub), "--data-root", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.endswith(f"--data-root {root}: exists and is not a folder"), err
+    assert root.read_text() == "x"

@@ -833,34 +833,51 @@ EDIT_FIELDS = [
 ]
 
 
-def _switch_values(code: str) -> dict[str, object]:
+def _switched(parent_code: str, child_code: str) -> bool:
+    """Whether ``child_code`` changed a declared switch of ``parent_code``: a different value,
+    declared or not, or the constant gone from a child that parses (a whole new script)."""
     from rpg_llm.env.actions import declared_choices, editable_constants
 
-    return {n: c.value for n, c in editable_constants(code).items() if declared_choices(c)}
+    switches = {
+        n: c.value for n, c in editable_constants(parent_code).items() if declared_choices(c)
+    }
+    if not switches:
+        return False
+    child = editable_constants(child_code)  # {} when the child does not parse
+    if not child:
+        return False
+    return any(n not in child or child[n].value != v for n, v in switches.items())
 
 
 def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
     """Per arm, what the generated answers did to their parents: can edits cross the frontier?
 
-    Every training sample (step >= 1) of the arm's runs is an answer; its parent is the buffer
-    sample it was generated from (none for an answer to the base prompt). Counts over the arm's
-    runs:
+    Every training sample (step >= 1) of the arm's runs is an answer, except ``infra`` samples
+    (the machine failed; DESIGN.md section 7); its parent is the buffer sample it was generated
+    from (none for an answer to the base prompt). Counts over the arm's runs:
 
     * ``valid``: answers whose script ran and was graded (status ``ok``);
-    * ``switched``: answers that changed a declared switch of their parent (a string constant
-      whose comment quotes its values, such as the model family ``MODEL``;
-      :func:`rpg_llm.env.actions.declared_choices`), ``switched_valid`` those of them valid;
+    * ``switched``: answers whose script parses and changed a declared switch of their parent
+      (a string constant whose comment quotes its values, such as the model family ``MODEL``;
+      :func:`rpg_llm.env.actions.declared_choices`) to any other value or removed it;
+      ``switched_valid`` those of them valid;
     * ``same_as_parent``: valid answers with a valid parent and the parent's raw reward exactly
       (a dead edit: a knob the parent's family ignores, or a no-op);
     * ``better_than_parent``: valid answers with a raw reward above their valid parent's;
     * ``time_ratio_geo_mean``: geometric mean of the answer's measured time over its parent's,
-      valid pairs with both times > 0 (below 1: the answers run faster than their parents).
+      valid pairs with both times > 0, times in the runs' measure (wall or CPU seconds; below
+      1: the answers run faster than their parents).
 
     Args:
-        run_dirs: arm -> its finished run folders.
+        task: competition id (the rows' ``task``).
+        run_dirs: arm -> its finished run folders (each with ``buffer.sqlite``).
 
     Returns:
-        One row per arm with the fields of :data:`EDIT_FIELDS`.
+        One row per arm with the fields of :data:`EDIT_FIELDS` (``time_ratio_geo_mean`` as text,
+        ``"nan"`` without a valid pair).
+
+    Raises:
+        ValueError: a run folder without ``buffer.sqlite``, or an unusable buffer (named).
     """
     from rpg_llm.loop.buffer import SampleBuffer
     from rpg_llm.loop.runfolder import RunFolder
@@ -870,11 +887,14 @@ def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
         n = {k: 0 for k in EDIT_FIELDS[4:-1]}
         answers, log_ratios = 0, []
         for d in dirs:
-            with SampleBuffer(RunFolder(d).buffer_path, capacity=1) as buf:
+            path = RunFolder(d).buffer_path
+            if not path.is_file():
+                raise ValueError(f"{d} has no buffer.sqlite: not a run folder")
+            with SampleBuffer(path, capacity=1) as buf:
                 samples = buf.all()
             by_id = {x.id: x for x in samples}
             for x in samples:
-                if x.step < 1:
+                if x.step < 1 or x.status == "infra":  # infra: the machine failed, not the answer
                     continue
                 answers += 1
                 ok = x.status == "ok"
@@ -882,9 +902,7 @@ def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
                 parent = by_id.get(x.parent_id) if x.parent_id is not None else None
                 if parent is None:
                     continue
-                before = _switch_values(parent.code)
-                after = _switch_values(x.code) if x.code else {}
-                changed = any(after.get(k, v) != v for k, v in before.items())
+                changed = _switched(parent.code, x.code)
                 n["switched"] += changed
                 n["switched_valid"] += changed and ok
                 if not (ok and parent.status == "ok"):

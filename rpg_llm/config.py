@@ -315,8 +315,9 @@ class LoopConfig:
             trainer is built afterwards, so its reference and critic start from the SFT weights.
         sft_lr, sft_batch_size, sft_examples: AdamW learning rate, pairs per SFT step, and the
             number of prompt -> answer pairs built from the task's baselines.
-        sft_switch_fraction: share of the edit pairs whose answer changes a declared switch
-            such as ``MODEL`` (``rpg_llm.learner.sft.build_sft_examples``), in [0, 1].
+        sft_switch_fraction: share of the SFT edit pairs forced to change one of their parent's
+            declared switches such as ``MODEL`` (``rpg_llm.learner.sft.build_sft_examples``), in
+            [0, 1]; the other pairs may change one too, drawn like any constant.
         sft_seed: seed of the SFT pairs and batch order (None: ``seed``). Runs that differ only
             in ``seed`` but share ``sft_seed`` start RL from bit-identical SFT weights, which
             :mod:`rpg_llm.learner.sft_cache` then computes once (``paper_figures.llm_table`` does
@@ -411,7 +412,7 @@ class LoopConfig:
     )
     sft_switch_fraction: float = field(
         default=0.25,
-        metadata=flag(help="share of SFT edit pairs that change a declared switch (MODEL)"),
+        metadata=flag(help="share of SFT edit pairs forced to change a declared switch (MODEL)"),
     )
     sft_seed: int | None = field(
         default=None,
@@ -498,14 +499,22 @@ class LoopConfig:
     def from_dict(cls, d: dict[str, Any]) -> LoopConfig:
         """Rebuild a config from ``config.json`` (nested, or the older flat layout).
 
-        The run-record keys (:data:`RUN_RECORD_KEYS`) are skipped.
+        The run-record keys (:data:`RUN_RECORD_KEYS`) are skipped. A key the stored config
+        lacks because it was added later takes the value that reproduces the stored run
+        (``sft_switch_fraction`` 0: no forced switch edits), not today's default.
 
         Raises:
             ValueError: unknown keys (named) or a bad value.
         """
         d = {k: v for k, v in d.items() if k not in RUN_RECORD_KEYS}
         d = _unflatten_legacy(d)
+        # a stored run made before a key existed ran as the key's "off" value, not its default
+        d = {**_ADDED_KEYS_OFF, **d}
         return _build(cls, d, "")
+
+
+# top-level keys added after runs were stored, with the value that reproduces those runs
+_ADDED_KEYS_OFF: dict[str, Any] = {"sft_switch_fraction": 0.0}
 
 
 # keys of the flat layout (before the nested configs) and where they live now

@@ -60,10 +60,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SFTExample:
-    """One supervised pair: a user prompt and the assistant answer to learn."""
+    """One supervised pair: a user prompt and the assistant answer to learn.
+
+    ``parent``: for an edit pair, the script its prompt shows (the answer's constants apply to
+    it); ``""`` for a script pair. Not part of what is learned.
+    """
 
     prompt: str
     answer: str
+    parent: str = ""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -145,7 +150,8 @@ def _random_changes(
     code: str, rng: random.Random, max_changes: int, switch: bool = False
 ) -> dict[str, Any]:
     """1 .. ``max_changes`` constants of ``code`` moved to plausible other values; with
-    ``switch``, one of them is a declared switch (when ``code`` has one)."""
+    ``switch``, one of them is a declared switch that has other declared values (when ``code``
+    has one)."""
     options = _edit_options(code)
     if not options:
         return {}
@@ -189,11 +195,13 @@ def build_sft_examples(
         max_changes: an edit answer changes 1 .. ``max_changes`` constants.
         moved_parent_fraction: edit format: the share of pairs whose parent is the baseline with
             its constants already moved to other plausible values (the rest: as shipped).
-        switch_fraction: edit format: the share of pairs, among those whose parent declares a
-            switch (:func:`declared_switches`), whose answer changes that switch (e.g. the model
-            family), so that the sampled policy proposes family changes at all. Drawn
-            uniformly, a switch is one constant of about a dozen and an answer changes it about
-            one time in eight.
+        switch_fraction: edit format: the share of pairs forced to change one of their
+            parent's declared switches that has other declared values
+            (:func:`declared_switches`, e.g. the model family), so that the sampled policy
+            proposes family changes at all; the other pairs may change a switch too, drawn
+            like any constant (one constant of the ~12 on the frontier tasks' ``family``
+            scripts, so about one answer in eight). 0 draws no extra random number: the pairs
+            are those of a build without forced switches.
 
     Returns:
         The pairs; an edit answer always parses (:func:`rpg_llm.env.actions.parse_action`) against
@@ -211,7 +219,7 @@ def build_sft_examples(
         ("moved_parent_fraction", moved_parent_fraction),
         ("switch_fraction", switch_fraction),
     ):
-        if not (isinstance(frac, int | float) and 0.0 <= frac <= 1.0):
+        if not (isinstance(frac, int | float) and not isinstance(frac, bool) and 0 <= frac <= 1):
             raise ValueError(f"{name} must lie in [0, 1], got {frac!r}")
     if max_changes < 1:
         raise ValueError(f"max_changes must be >= 1, got {max_changes}")
@@ -236,11 +244,12 @@ def build_sft_examples(
         _, parent = usable[i % len(usable)]
         if rng.random() < moved_parent_fraction:
             parent = apply_edit(parent, _random_changes(parent, rng, max_changes))
-        changes = _random_changes(parent, rng, max_changes, rng.random() < switch_fraction)
+        switch = switch_fraction > 0 and rng.random() < switch_fraction
+        changes = _random_changes(parent, rng, max_changes, switch)
         prompt = edit_prompt(
             description, parent, BASELINE_OUTCOME, timeout_s, max_prompt_tokens, count_tokens
         )
-        out.append(SFTExample(prompt, edit_answer(changes)))
+        out.append(SFTExample(prompt, edit_answer(changes), parent))
     return out
 
 
@@ -641,7 +650,6 @@ def _main(argv: Sequence[str] | None) -> int:
         count_tokens=count,
         switch_fraction=args.switch_fraction,
     )
-    switches = {name for _, code in baselines for name in declared_switches(code)}
     kw = dict(max_new_tokens=args.max_new_tokens, seed=args.seed, max_prompt_tokens=None)
 
     def say(text: str) -> None:
@@ -673,7 +681,10 @@ def _main(argv: Sequence[str] | None) -> int:
         "pairs": args.pairs,
         "switch_fraction": args.switch_fraction,
         "pairs_switching": sum(
-            any(line.split(" = ")[0] in switches for line in e.answer.splitlines())
+            bool(
+                set(parse_action(e.answer, "edit", e.parent).changed)
+                & {*declared_switches(e.parent)}
+            )
             for e in examples
         ),
         "samples": args.samples,

@@ -488,7 +488,18 @@ def test_tiny_table_end_to_end_then_skips_finished_runs(tmp_path, tiny_model_dir
         edits = {r["arm"]: r for r in csv.DictReader(fh)}
     for m in lt.METHODS:  # 2 runs x 1 step x batch 2 answers per arm
         assert int(edits[m]["answers"]) == 4 and int(edits[m]["runs"]) == 2
-        assert int(edits[m]["valid"]) <= 4
+        assert int(edits[m]["switched"]) >= int(edits[m]["switched_valid"])
+        # valid answers, counted straight from SQLite
+        con = sqlite3.connect(str(runs[(m, 0)] / "buffer.sqlite"))
+        valid0 = con.execute("SELECT COUNT(*) FROM samples WHERE step >= 1 AND status = 'ok'")
+        n0 = valid0.fetchone()[0]
+        con.close()
+        con = sqlite3.connect(str(runs[(m, 1)] / "buffer.sqlite"))
+        n1 = con.execute(
+            "SELECT COUNT(*) FROM samples WHERE step >= 1 AND status = 'ok'"
+        ).fetchone()[0]
+        con.close()
+        assert int(edits[m]["valid"]) == n0 + n1
     assert "What the answers did to their parents" in (out / "llm_table.md").read_text()
     capsys.readouterr()
     before = {d: (d / "buffer.sqlite").read_bytes() for d in runs.values()}
@@ -696,20 +707,27 @@ def test_edit_rows_count_switches_dead_edits_and_time_ratios_on_a_hand_made_buff
             sample(1, 1, 1, code("ridge", 0.2), 0.3, 1.0),  # dead knob: same raw, same time
             sample(2, 0, 2, code("rf", 0.2), -10.0, 2.0, "error"),  # switch, invalid
             sample(2, 1, None, code("rf", 0.1), 0.5, 1.0),  # base prompt: no parent
+            sample(
+                3, 0, 2, 'MODEL = "xgb"  # one of "hgb", "rf", "ridge"\n', 0.9, 4.0
+            ),  # undeclared
+            sample(3, 1, 2, "print(1\n", -10.0, 0.1, "error"),  # does not parse: no switch
+            sample(3, 2, 2, code("rf", 0.1), 0.0, 0.0, "infra"),  # the machine failed: left out
         ],
     )
     b = run("b", [sample(0, 0, None, code("hgb", 0.1), 0.9, 4.0)])  # seeds only: no answer
     rows = {r["arm"]: r for r in lt.edit_rows("diamonds-price-rmse", {"rpg": [a], "vanilla": [b]})}
     got = {k: rows["rpg"][k] for k in lt.EDIT_FIELDS[2:-1]}
     assert got == {
-        "runs": 1, "answers": 4, "valid": 3, "switched": 2, "switched_valid": 1,
-        "same_as_parent": 1, "better_than_parent": 1,
+        "runs": 1, "answers": 6, "valid": 4, "switched": 3, "switched_valid": 2,
+        "same_as_parent": 2, "better_than_parent": 1,
     }  # fmt: skip
-    # valid pairs with a valid parent: 4.0 / 1.0 and 1.0 / 1.0 -> geometric mean 2
-    assert float(rows["rpg"]["time_ratio_geo_mean"]) == pytest.approx(2.0)
+    # valid pairs with a valid parent: 4 / 1, 1 / 1 and 4 / 4 -> geometric mean 4 ** (1 / 3)
+    assert float(rows["rpg"]["time_ratio_geo_mean"]) == pytest.approx(4 ** (1 / 3), rel=1e-5)
     assert rows["vanilla"]["answers"] == 0 and rows["vanilla"]["time_ratio_geo_mean"] == "nan"
     md = lt.edits_markdown(list(rows.values()))
-    assert "| diamonds-price-rmse | rpg | 1 | 4 | 3 | 2 (1) | 1 | 1 | 2 |" in md
+    assert "| diamonds-price-rmse | rpg | 1 | 6 | 4 | 3 (2) | 2 | 1 | 1.5874 |" in md
+    with pytest.raises(ValueError, match="no buffer.sqlite"):
+        lt.edit_rows("diamonds-price-rmse", {"rpg": [tmp_path / "missing"]})
 
 
 def test_probe_rows_and_figure_from_hand_made_probes(tmp_path):

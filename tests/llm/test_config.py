@@ -129,6 +129,14 @@ def test_old_flat_config_json_loads():
     assert (cfg.steps, cfg.seed, cfg.name) == (5, 3, "vanilla-seed3")
 
 
+def test_a_stored_config_without_a_later_key_reads_as_the_run_that_made_it():
+    # runs stored before forced switch edits existed had none: 0, not today's default
+    assert LoopConfig().sft_switch_fraction == 0.25
+    assert LoopConfig.from_dict(OLD_FLAT).sft_switch_fraction == 0.0
+    stored = LoopConfig(sft_switch_fraction=0.5).to_dict()
+    assert LoopConfig.from_dict(stored).sft_switch_fraction == 0.5
+
+
 def test_nested_config_round_trips():
     cfg = dataclasses.replace(
         LoopConfig(), steps=7, sampling=SamplingConfig(top_k=3), ppo=PPOConfig(lora_rank=8)

@@ -91,7 +91,7 @@ def test_edit_pairs_switch_the_model_family_to_declared_values():
 
 def test_switch_fraction_outside_the_unit_interval_is_named():
     code = dict(baseline_solutions("diamonds-price-rmse"))["family"]
-    for bad in (-0.1, 1.5, float("nan")):
+    for bad in (-0.1, 1.5, float("nan"), True):
         with pytest.raises(ValueError, match="switch_fraction must lie in"):
             build_sft_examples("", [("family", code)], "edit", 60, n=4, switch_fraction=bad)
 

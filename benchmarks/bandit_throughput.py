@@ -51,7 +51,7 @@ from rpg_jax import estimator as E  # noqa: E402
 from rpg_jax.agents.npg import make_pg_agent, oracle_estimator  # noqa: E402
 from rpg_jax.agents.registry import make_agent  # noqa: E402
 from rpg_jax.envs import make_reference_env, make_trial_params  # noqa: E402
-from rpg_jax.simulate import simulate  # noqa: E402
+from rpg_jax.simulate import PRNG_IMPL, simulate  # noqa: E402
 from testkit.numpy_ref_cucb import run_cucb_numpy  # noqa: E402
 from testkit.numpy_ref_npg import niw_estimate, niw_init, niw_update, run_npg_numpy  # noqa: E402
 
@@ -79,7 +79,8 @@ def _draw_ns(seeds: int, slots: int, batches: int, repeats: int) -> tuple[float,
     for _ in range(6):  # steady state: nu ~ 0.3 nu + S
         state = warm(state, r, t)
     state = jax.device_put(state, spec)
-    keys = jax.device_put(jax.random.split(jax.random.key(1), seeds), spec)
+    # the simulation's key implementation (threefry), whatever JAX_DEFAULT_PRNG_IMPL says
+    keys = jax.device_put(jax.random.split(jax.random.key(1, impl=PRNG_IMPL), seeds), spec)
     f = jax.jit(jax.vmap(lambda s, k: E.estimate(s, k, slots, batches)))
     jax.block_until_ready(f(state, keys))
     best = best_cpu = np.inf

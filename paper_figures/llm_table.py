@@ -1070,7 +1070,17 @@ def write_table(
         written += list(plot_probe(probed, out))
     md = out / "llm_table.md"
     time_measure = cfgs[specs[0]].reward.time_measure
-    md.write_text(_markdown_document(s, rows, avg, dropped, time_measure, edits))
+    seeded = {bool(cfgs[p].seed_buffer) for p in specs}
+    seeding = (
+        _seeding_text(s.tasks)
+        if seeded == {True}
+        else (
+            "no run's buffer was seeded (--no-seed-buffer): chains start from the base prompt."
+            if seeded == {False}
+            else "some runs seeded their buffer with the baselines and some did not."
+        )
+    )
+    md.write_text(_markdown_document(s, rows, avg, dropped, time_measure, edits, seeding))
     written.append(md)
     return rows, written
 
@@ -1101,6 +1111,19 @@ def plot_table(rows: Sequence[TaskRow], out: Path) -> tuple[Path, Path]:
     return save_figure(fig, out, "llm_table")
 
 
+def _seeding_text(tasks: Sequence[str]) -> str:
+    """The rule that chooses which scripts start the buffer, with each task's count."""
+    from rpg_llm.env.tasks import baseline_solutions
+
+    counts = ", ".join(f"{t} {len(baseline_solutions(t))}" for t in tasks)
+    return (
+        "every baseline script a task ships (rpg_llm.env.tasks.baseline_solutions, the same for "
+        "every arm and seed) is executed, graded and stored as step 0 before training; with "
+        "the edit action, parents are then chosen by the arm's ranking among stored scripts "
+        f"that have constants to edit. Baselines per task: {counts}."
+    )
+
+
 def _markdown_document(
     s: TableSettings,
     rows: Sequence[TaskRow],
@@ -1108,6 +1131,7 @@ def _markdown_document(
     dropped,
     time_measure: str = "wall",
     edits: Sequence[dict] = (),
+    seeding: str = "",
 ) -> str:
     settings = (
         f"preset {s.preset}; model {s.model or 'the preset default'}; steps {s.steps}; batch "
@@ -1154,6 +1178,7 @@ def _markdown_document(
         + f"\nChains without a value at B: {left_out}.\n"
         + "\nChains that ended before B (their run hit the step cap first; read at their end): "
         + f"{ended}.\n"
+        + (f"\nSeeding: {seeding}\n" if seeding else "")
         + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
     )
 

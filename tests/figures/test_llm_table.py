@@ -500,7 +500,12 @@ def test_tiny_table_end_to_end_then_skips_finished_runs(tmp_path, tiny_model_dir
         ).fetchone()[0]
         con.close()
         assert int(edits[m]["valid"]) == n0 + n1
-    assert "What the answers did to their parents" in (out / "llm_table.md").read_text()
+    md = (out / "llm_table.md").read_text()
+    assert "What the answers did to their parents" in md
+    con = sqlite3.connect(str(runs[("rpg", 0)] / "buffer.sqlite"))
+    (seeded,) = con.execute("SELECT COUNT(*) FROM samples WHERE step = 0").fetchone()
+    con.close()
+    assert seeded == 0 and "Seeding: no run's buffer was seeded (--no-seed-buffer)" in md
     capsys.readouterr()
     before = {d: (d / "buffer.sqlite").read_bytes() for d in runs.values()}
     assert lt.main(_cli_base(out, tiny_model_dir)) == 0

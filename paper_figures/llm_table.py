@@ -833,22 +833,6 @@ EDIT_FIELDS = [
 ]
 
 
-def _switched(parent_code: str, child_code: str) -> bool:
-    """Whether ``child_code`` changed a declared switch of ``parent_code``: a different value,
-    declared or not, or the constant gone from a child that parses (a whole new script)."""
-    from rpg_llm.env.actions import declared_choices, editable_constants
-
-    switches = {
-        n: c.value for n, c in editable_constants(parent_code).items() if declared_choices(c)
-    }
-    if not switches:
-        return False
-    child = editable_constants(child_code)  # {} when the child does not parse
-    if not child:
-        return False
-    return any(n not in child or child[n].value != v for n, v in switches.items())
-
-
 def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
     """Per arm, what the generated answers did to their parents: can edits cross the frontier?
 
@@ -859,7 +843,7 @@ def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
     * ``valid``: answers whose script ran and was graded (status ``ok``);
     * ``switched``: answers whose script parses and changed a declared switch of their parent
       (a string constant whose comment quotes its values, such as the model family ``MODEL``;
-      :func:`rpg_llm.env.actions.declared_choices`) to any other value or removed it;
+      :func:`rpg_llm.env.actions.switch_changed`) to any other value or removed it;
       ``switched_valid`` those of them valid;
     * ``same_as_parent``: valid answers with a valid parent and the parent's raw reward exactly
       (a dead edit: a knob the parent's family ignores, or a no-op);
@@ -879,6 +863,7 @@ def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
     Raises:
         ValueError: a run folder without ``buffer.sqlite``, or an unusable buffer (named).
     """
+    from rpg_llm.env.actions import switch_changed
     from rpg_llm.loop.buffer import SampleBuffer
     from rpg_llm.loop.runfolder import RunFolder
 
@@ -902,7 +887,7 @@ def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
                 parent = by_id.get(x.parent_id) if x.parent_id is not None else None
                 if parent is None:
                     continue
-                changed = _switched(parent.code, x.code)
+                changed = switch_changed(parent.code, x.code)
                 n["switched"] += changed
                 n["switched_valid"] += changed and ok
                 if not (ok and parent.status == "ok"):
@@ -1070,16 +1055,7 @@ def write_table(
         written += list(plot_probe(probed, out))
     md = out / "llm_table.md"
     time_measure = cfgs[specs[0]].reward.time_measure
-    seeded = {bool(cfgs[p].seed_buffer) for p in specs}
-    seeding = (
-        _seeding_text(s.tasks)
-        if seeded == {True}
-        else (
-            "no run's buffer was seeded (--no-seed-buffer): chains start from the base prompt."
-            if seeded == {False}
-            else "some runs seeded their buffer with the baselines and some did not."
-        )
-    )
+    seeding = _seeding_text(s.tasks, {bool(cfgs[p].seed_buffer) for p in specs})
     md.write_text(_markdown_document(s, rows, avg, dropped, time_measure, edits, seeding))
     written.append(md)
     return rows, written
@@ -1111,10 +1087,15 @@ def plot_table(rows: Sequence[TaskRow], out: Path) -> tuple[Path, Path]:
     return save_figure(fig, out, "llm_table")
 
 
-def _seeding_text(tasks: Sequence[str]) -> str:
-    """The rule that chooses which scripts start the buffer, with each task's count."""
+def _seeding_text(tasks: Sequence[str], seeded: set[bool]) -> str:
+    """The rule that chose which scripts started the runs' buffers (``seeded``: the runs'
+    ``seed_buffer`` values), with each task's baseline count when they were seeded."""
     from rpg_llm.env.tasks import baseline_solutions
 
+    if seeded == {False}:
+        return "no run's buffer was seeded (--no-seed-buffer): chains start from the base prompt."
+    if seeded != {True}:
+        return "some runs seeded their buffer with the baselines and some did not."
     counts = ", ".join(f"{t} {len(baseline_solutions(t))}" for t in tasks)
     return (
         "every baseline script a task ships (rpg_llm.env.tasks.baseline_solutions, the same for "

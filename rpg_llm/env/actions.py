@@ -46,6 +46,8 @@ __all__ = [
     "NO_BLOCK_TEXT",
     "editable_constants",
     "declared_choices",
+    "declared_switches",
+    "switch_changed",
     "parse_edit",
     "apply_edit",
     "is_edit_block",
@@ -248,6 +250,30 @@ def declared_choices(constant: Constant) -> tuple[str, ...]:
     if len(choices) < 2 or constant.value not in choices:
         return ()
     return choices
+
+
+def declared_switches(code: str) -> list[str]:
+    """Names of the top-level constants of ``code`` that declare their values
+    (:func:`declared_choices`, e.g. the model family switch
+    ``MODEL = "hgb"  # one of "hgb", "rf", ...``), in source order; ``[]`` when ``code`` does
+    not parse."""
+    return [name for name, c in editable_constants(code).items() if declared_choices(c)]
+
+
+def switch_changed(parent_code: str, child_code: str) -> bool:
+    """Whether ``child_code`` changed a declared switch of ``parent_code``
+    (:func:`declared_switches`): the child parses and gives the switch another value, declared
+    or not, or no longer assigns it (a whole new script). False when the parent declares no
+    switch or the child does not parse."""
+    switches = {
+        n: c.value for n, c in editable_constants(parent_code).items() if declared_choices(c)
+    }
+    if not switches:
+        return False
+    child = editable_constants(child_code)  # {} when the child does not parse
+    if not child:
+        return False
+    return any(n not in child or child[n].value != v for n, v in switches.items())
 
 
 def format_value(value: Any) -> str:

@@ -36,17 +36,18 @@ from rpg_llm.env.actions import (
     ACTION_FORMATS,
     apply_edit,
     declared_choices,
+    declared_switches,
     editable_baselines,
     editable_constants,
     format_value,
     parse_action,
+    switch_changed,
 )
 from rpg_llm.env.prompts import BASELINE_OUTCOME, base_prompt, edit_prompt
 
 __all__ = [
     "SFTExample",
     "plausible_values",
-    "declared_switches",
     "edit_answer",
     "build_sft_examples",
     "tokenize_example",
@@ -140,12 +141,6 @@ def _edit_options(code: str) -> dict[str, list[Any]]:
     }
 
 
-def declared_switches(code: str) -> list[str]:
-    """Names of the string constants of ``code`` whose comment declares their values (the model
-    family switch ``MODEL = "hgb"  # one of "hgb", "rf", ...``), in source order."""
-    return [name for name, c in editable_constants(code).items() if declared_choices(c)]
-
-
 def _random_changes(
     code: str, rng: random.Random, max_changes: int, switch: bool = False
 ) -> dict[str, Any]:
@@ -197,11 +192,11 @@ def build_sft_examples(
             its constants already moved to other plausible values (the rest: as shipped).
         switch_fraction: edit format: the share of pairs forced to change one of their
             parent's declared switches that has other declared values
-            (:func:`declared_switches`, e.g. the model family), so that the sampled policy
-            proposes family changes at all; the other pairs may change a switch too, drawn
-            like any constant (one constant of the ~12 on the frontier tasks' ``family``
-            scripts, so about one answer in eight). 0 draws no extra random number: the pairs
-            are those of a build without forced switches.
+            (:func:`rpg_llm.env.actions.declared_switches`, e.g. the model family), so that
+            the sampled policy proposes family changes at all; the other pairs may change a
+            switch too, drawn like any constant (one constant of the ~12 on the frontier
+            tasks' ``family`` scripts, so about one answer in eight). 0 draws no extra random
+            number: the pairs are those of a build without forced switches.
 
     Returns:
         The pairs; an edit answer always parses (:func:`rpg_llm.env.actions.parse_action`) against
@@ -492,7 +487,7 @@ class FormatRates:
         in_format: fraction that parse as an edit (``parse_action(...).kind == "edit"``).
         changed: fraction that parse as an edit *and* change at least one value.
         switched: fraction that parse as an edit and change a declared switch of their parent
-            (:func:`declared_switches`, e.g. ``MODEL``).
+            (:func:`rpg_llm.env.actions.switch_changed`, e.g. ``MODEL``).
         scripts: fraction whose block is a whole script (run as a script).
         answers: the decoded answers.
     """
@@ -544,7 +539,7 @@ def format_rates(
     actions = [parse_action(t, "edit", p) for t, p in zip(gen.texts, parents, strict=True)]
     n = len(actions)
     switched = sum(
-        a.kind == "edit" and bool(set(a.changed) & set(declared_switches(p)))
+        a.kind == "edit" and switch_changed(p, a.script or "")
         for a, p in zip(actions, parents, strict=True)
     )
     return FormatRates(
@@ -681,10 +676,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "pairs": args.pairs,
         "switch_fraction": args.switch_fraction,
         "pairs_switching": sum(
-            bool(
-                set(parse_action(e.answer, "edit", e.parent).changed)
-                & {*declared_switches(e.parent)}
-            )
+            switch_changed(e.parent, parse_action(e.answer, "edit", e.parent).script or "")
             for e in examples
         ),
         "samples": args.samples,

@@ -456,6 +456,15 @@ def _chain_value_by_sql(run_dir: Path, budget: float) -> float:
     return float(np.mean(list(best.values())))
 
 
+def _count_by_sql(run_dir: Path, where: str) -> int:
+    """Samples of a run's buffer matching the SQL condition ``where``, straight from SQLite."""
+    con = sqlite3.connect(str(run_dir / "buffer.sqlite"))
+    try:
+        return int(con.execute(f"SELECT COUNT(*) FROM samples WHERE {where}").fetchone()[0])
+    finally:
+        con.close()
+
+
 def _steps(run_dir: Path) -> list[int]:
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [m["step"] for m in lines if "sft_step" not in m]  # the SFT warm start logs step 0
@@ -490,21 +499,11 @@ def test_tiny_table_end_to_end_then_skips_finished_runs(tmp_path, tiny_model_dir
         assert int(edits[m]["answers"]) == 4 and int(edits[m]["runs"]) == 2
         assert int(edits[m]["switched"]) >= int(edits[m]["switched_valid"])
         # valid answers, counted straight from SQLite
-        con = sqlite3.connect(str(runs[(m, 0)] / "buffer.sqlite"))
-        valid0 = con.execute("SELECT COUNT(*) FROM samples WHERE step >= 1 AND status = 'ok'")
-        n0 = valid0.fetchone()[0]
-        con.close()
-        con = sqlite3.connect(str(runs[(m, 1)] / "buffer.sqlite"))
-        n1 = con.execute(
-            "SELECT COUNT(*) FROM samples WHERE step >= 1 AND status = 'ok'"
-        ).fetchone()[0]
-        con.close()
-        assert int(edits[m]["valid"]) == n0 + n1
+        valid = sum(_count_by_sql(runs[(m, k)], "step >= 1 AND status = 'ok'") for k in (0, 1))
+        assert int(edits[m]["valid"]) == valid
     md = (out / "llm_table.md").read_text()
     assert "What the answers did to their parents" in md
-    con = sqlite3.connect(str(runs[("rpg", 0)] / "buffer.sqlite"))
-    (seeded,) = con.execute("SELECT COUNT(*) FROM samples WHERE step = 0").fetchone()
-    con.close()
+    seeded = _count_by_sql(runs[("rpg", 0)], "step = 0")
     assert seeded == 0 and "Seeding: no run's buffer was seeded (--no-seed-buffer)" in md
     capsys.readouterr()
     before = {d: (d / "buffer.sqlite").read_bytes() for d in runs.values()}

@@ -15,11 +15,13 @@ from rpg_llm.env.actions import (
     EditError,
     apply_edit,
     declared_choices,
+    declared_switches,
     editable_baselines,
     editable_constants,
     is_edit_block,
     parse_action,
     parse_edit,
+    switch_changed,
 )
 from rpg_llm.env.tasks import baseline_solutions, list_offline_competitions
 
@@ -121,6 +123,23 @@ def test_line_comments_and_declared_choices():
     assert declared_choices(cs["MODEL"]) == ("hgb", "knn", "ridge")
     for name in ("KERNEL", "METRIC", "C", "SIZES", "SEED", "NAME"):
         assert declared_choices(cs[name]) == (), name
+
+
+def test_switch_changed_reads_the_parents_declared_switches():
+    parent = 'MODEL = "ridge"  # one of "hgb", "ridge"\nALPHA = 1.0\nprint(MODEL)\n'
+    assert declared_switches(parent) == ["MODEL"]
+    assert declared_switches("x = (") == []  # does not parse
+    edit = parse_action("```python\nMODEL = 'hgb'\n```", "edit", parent)
+    assert edit.changed == ("MODEL",) and switch_changed(parent, edit.script)
+    knob = parse_action("```python\nALPHA = 2.0\n```", "edit", parent)
+    assert knob.changed == ("ALPHA",) and not switch_changed(parent, knob.script)
+    same = parse_action("```python\nMODEL = 'ridge'\n```", "edit", parent)
+    assert same.changed == () and not switch_changed(parent, same.script)
+    # an undeclared value is a change; the child's comment no longer declares it
+    assert switch_changed(parent, parent.replace('"ridge"  #', '"xgb"  #'))
+    assert switch_changed(parent, "ALPHA = 1.0\nprint(1)\n")  # a whole script without MODEL
+    assert not switch_changed(parent, "print(1\n")  # the child does not parse
+    assert not switch_changed("ALPHA = 1.0\n", "ALPHA = 2.0\n")  # no switch declared
 
 
 def test_the_family_switches_declare_every_family_they_accept():

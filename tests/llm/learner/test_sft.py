@@ -9,14 +9,18 @@ import fixtures_llm
 import pytest
 import torch
 
-from rpg_llm.env.actions import declared_choices, editable_constants, parse_action
+from rpg_llm.env.actions import (
+    declared_choices,
+    declared_switches,
+    editable_constants,
+    parse_action,
+)
 from rpg_llm.env.prompts import BASELINE_OUTCOME, base_prompt
 from rpg_llm.env.tasks import baseline_solutions, list_offline_competitions
 from rpg_llm.learner.sft import (
     SFTExample,
     answer_loss,
     build_sft_examples,
-    declared_switches,
     edit_answer,
     main,
     plausible_values,

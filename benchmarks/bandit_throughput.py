@@ -203,8 +203,8 @@ def _main(argv: list[str] | None) -> int:
     jax_ns, cpu_ns, numpy_ns = _draw_ns(args.draw_seeds, E.NUM_SLOTS, E.NUM_BATCHES, args.repeats)
     print(
         f"estimator refit (M={E.NUM_BATCHES}, S={E.NUM_SLOTS}, float32, "
-        f"{args.draw_seeds} seeds): {jax_ns:.2f} ns per bivariate draw (JAX wall, all "
-        f"{len(devices)} devices), {cpu_ns:.2f} CPU-ns per draw ({cpu_ns / len(devices):.2f} ns "
+        f"{args.draw_seeds} seeds): {jax_ns:.3g} ns per bivariate draw (JAX wall, all "
+        f"{len(devices)} devices), {cpu_ns:.3g} CPU-ns per draw ({cpu_ns / len(devices):.3g} ns "
         f"wall-equivalent on {len(devices)} idle cores); NumPy reference {numpy_ns:.1f} ns per "
         f"draw (one core); ratio {numpy_ns / jax_ns:.1f}x wall; {_load()}",
         flush=True,

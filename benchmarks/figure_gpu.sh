@@ -41,14 +41,15 @@ from pathlib import Path
 out, platform, arms, seeds, start, end, ref, record = sys.argv[1:]
 text = (Path(out) / "throughput.txt").read_text()
 row = re.search(r"^npg-niw\s+4096\s+\S+\s+([\d.]+)", text, re.M)
-draw = re.search(r"([\d.]+) ns per bivariate draw", text)
+draw = re.search(r"([\d.eE+-]+) ns per bivariate draw", text)
 now = {
     "platform": platform,
     "part": f"regret_vs_arms --envs E1 --arms {arms} --seeds {seeds}",
     "figure_part_s": round(float(end) - float(start), 1),
     "npg_decision_seeds_per_s": float(row.group(1)) if row else None,
     "ns_per_draw": float(draw.group(1)) if draw else None,
-    "load_avg_1m_at_end": os.getloadavg()[0],
+    "cpus": os.cpu_count(),
+    "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
     "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
 }
 (Path(out) / "summary.json").write_text(json.dumps(now, indent=1) + "\n")

@@ -46,6 +46,7 @@ __all__ = [
     "NO_BLOCK_TEXT",
     "editable_constants",
     "declared_choices",
+    "declared_numbers",
     "declared_switches",
     "switch_changed",
     "parse_edit",
@@ -250,6 +251,40 @@ def declared_choices(constant: Constant) -> tuple[str, ...]:
     if len(choices) < 2 or constant.value not in choices:
         return ()
     return choices
+
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_ONE_OF_NUMBERS_RE = re.compile(rf"\bone of\s+({_NUMBER}(?:\s*(?:,|or)\s*{_NUMBER})+)")
+
+
+def declared_numbers(constant: Constant) -> tuple[int | float, ...]:
+    """The values a numeric constant declares for itself in its line comment.
+
+    A script states the sensible settings of a knob whose neighbours are not all valid, e.g.
+    ``FOLDS = 0  # cross-validated score first: one of 0, 3, 5 (0: none)`` (``cv=1`` and
+    ``cv=-1`` fail): the numbers after ``one of``, separated by commas or ``or``, in order,
+    without repeats, converted to the constant's type, when the constant is an ``int`` or a
+    ``float`` (not a ``bool``), at least two are listed and the current value is one of them.
+    Unlike :func:`declared_choices` these are not switches: edits may still set other values.
+
+    Returns:
+        The declared values (the current one included), or ``()`` when there are none.
+    """
+    value = constant.value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not constant.comment:
+        return ()
+    found = _ONE_OF_NUMBERS_RE.search(constant.comment)
+    if found is None:
+        return ()
+    numbers: list[int | float] = [float(x) for x in re.findall(_NUMBER, found.group(1))]
+    if isinstance(value, int):
+        if not all(float(n).is_integer() for n in numbers):
+            return ()  # an int knob that lists fractions declares nothing usable
+        numbers = [int(n) for n in numbers]
+    values = tuple(dict.fromkeys(numbers))
+    if len(values) < 2 or value not in values:
+        return ()
+    return values
 
 
 def declared_switches(code: str) -> list[str]:

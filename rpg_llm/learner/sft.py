@@ -36,6 +36,7 @@ from rpg_llm.env.actions import (
     ACTION_FORMATS,
     apply_edit,
     declared_choices,
+    declared_numbers,
     declared_switches,
     editable_baselines,
     editable_constants,
@@ -84,12 +85,13 @@ def _sig3(x: float) -> float:
     return float(f"{x:.3g}")
 
 
-def plausible_values(name: str, value: Any, choices: Sequence[str] = ()) -> list[Any]:
+def plausible_values(name: str, value: Any, choices: Sequence[Any] = ()) -> list[Any]:
     """Other values a practitioner might try for a constant, same type, never ``value`` itself.
 
-    ``choices``: the values a string constant declares in its comment
+    ``choices``: the values the constant declares in its comment: a string's
     (:func:`rpg_llm.env.actions.declared_choices`, e.g. the model families of a ``MODEL``
-    switch).
+    switch) or a number's (:func:`rpg_llm.env.actions.declared_numbers`, e.g. ``FOLDS``, whose
+    neighbours 1 and -1 are not valid fold counts). When given, they are the only values offered.
 
     * bool: its negation;
     * a seed (``SEED``, ``RANDOM_STATE``, ``RANDOM_SEED``): the next nine integers;
@@ -100,7 +102,7 @@ def plausible_values(name: str, value: Any, choices: Sequence[str] = ()) -> list
     * str: the other ``choices`` (none when the script declares none);
     * anything else (None, containers): none (the builder leaves it alone).
     """
-    if isinstance(value, str):
+    if isinstance(value, str) or choices:
         return [c for c in choices if c != value]
     if isinstance(value, bool):
         return [not value]
@@ -137,7 +139,7 @@ def _edit_options(code: str) -> dict[str, list[Any]]:
     return {
         name: vals
         for name, c in editable_constants(code).items()
-        if (vals := plausible_values(name, c.value, declared_choices(c)))
+        if (vals := plausible_values(name, c.value, declared_choices(c) or declared_numbers(c)))
     }
 
 

@@ -15,6 +15,7 @@ from rpg_llm.env.actions import (
     EditError,
     apply_edit,
     declared_choices,
+    declared_numbers,
     declared_switches,
     editable_baselines,
     editable_constants,
@@ -123,6 +124,28 @@ def test_line_comments_and_declared_choices():
     assert declared_choices(cs["MODEL"]) == ("hgb", "knn", "ridge")
     for name in ("KERNEL", "METRIC", "C", "SIZES", "SEED", "NAME"):
         assert declared_choices(cs[name]) == (), name
+
+
+def test_declared_numbers_read_one_of_lists_of_numeric_constants_only():
+    code = "\n".join(
+        [
+            "FOLDS = 0  # cross-validated score first: one of 0, 3, 5 (0: none)",
+            "RATE = 0.5  # one of 0.1, 0.5 or 1e0",
+            "LEAF = 5  # smaller: bigger forests; 1 may not fit in 2 GiB",  # numbers, no list
+            "K = 4  # one of 1, 2",  # the value is not among them
+            "N = 2  # one of 1, 2.5",  # an int knob listing a fraction
+            "FLAG = True  # one of 0, 1",  # a bool is not a number here
+            'MODEL = "rf"  # one of "rf", "hgb"',
+        ]
+    )
+    cs = editable_constants(code)
+    assert declared_numbers(cs["FOLDS"]) == (0, 3, 5)
+    assert all(type(v) is int for v in declared_numbers(cs["FOLDS"]))
+    assert declared_numbers(cs["RATE"]) == (0.1, 0.5, 1.0)
+    for name in ("LEAF", "K", "N", "FLAG", "MODEL"):
+        assert declared_numbers(cs[name]) == (), name
+    # declared numbers are not switches: only string constants switch a family
+    assert declared_switches(code) == ["MODEL"]
 
 
 def test_switch_changed_reads_the_parents_declared_switches():

@@ -11,6 +11,7 @@ import torch
 
 from rpg_llm.env.actions import (
     declared_choices,
+    declared_numbers,
     declared_switches,
     editable_constants,
     parse_action,
@@ -61,6 +62,10 @@ def test_plausible_values_of_the_baselines_constants():
     assert plausible_values("SHIFT", -2) == [-3, -1]
     # a string switch takes the other values its comment declares
     assert plausible_values("MODEL", "knn", ("hgb", "knn", "rf")) == ["hgb", "rf"]
+    # a number with declared values takes only those (FOLDS = 0 would otherwise get 1 and -1,
+    # neither a valid fold count)
+    assert plausible_values("FOLDS", 0) == [-1, 1]
+    assert plausible_values("FOLDS", 0, (0, 3, 5)) == [3, 5]
 
 
 def _switched(pairs):
@@ -129,8 +134,22 @@ def test_edit_pairs_from_the_real_baselines_parse_and_change_a_value(comp):
         consts = editable_constants(parent)
         for name, value in action.changes.items():
             c = consts[name]
-            assert value in plausible_values(name, c.value, declared_choices(c))
+            declared = declared_choices(c) or declared_numbers(c)
+            assert value in plausible_values(name, c.value, declared)
     assert 4 <= moved <= 20  # about half the parents have moved constants (fraction 0.5)
+
+
+@pytest.mark.parametrize("comp", ["diamonds-price-rmse", "fine-foods-auc", "flights-delay-auc"])
+def test_edit_pairs_set_fold_counts_cross_validation_accepts(comp):
+    """The frontier baselines declare ``FOLDS``'s values; edit pairs never teach ``FOLDS = 1`` or
+    ``-1`` (``cross_val_score`` rejects both: they made most invalid answers of a trained
+    policy on diamonds)."""
+    pairs = build_sft_examples("", baseline_solutions(comp), "edit", 60, n=200, seed=0)
+    folds = [
+        parse_action(p.answer, "edit", _parent_of(p.prompt)).changes.get("FOLDS") for p in pairs
+    ]
+    folds = [f for f in folds if f is not None]
+    assert folds and set(folds) <= {0, 3, 5}, folds
 
 
 def test_edit_pairs_cycle_over_editable_baselines_only():

@@ -165,7 +165,8 @@ def check_device(device: str | None) -> None:
 
 def _check_inputs(cfg: Any, preset_name: str) -> None:
     """Fail early (before a run folder is made or a model loaded) on a missing model, task,
-    grader, seed folder or preset resource.
+    grader, seed folder or preset resource. The model is resolved last: for the default model
+    that converts its GGUF weights once (seconds), which a usage error elsewhere should not cost.
 
     Raises:
         UsageError: naming the flag and the value.
@@ -186,18 +187,18 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
         missing = missing_resources(preset, cfg.model, cfg.data_root)
         if missing:
             raise UsageError(f"--preset {preset_name} needs " + "; ".join(missing))
-    try:
-        resolve_model(cfg.model)
-    except ValueError as err:
-        raise UsageError(f"--model {cfg.model}: {err}") from None
     seeds = seed_dir_arg(Path(cfg.seed_dir)) if cfg.seed_dir is not None else None
     try:
         comp_id = _check_task(cfg)
     except ValueError as err:
         raise UsageError(f"--task {cfg.task}: {err}") from None
-    if comp_id is None:
-        return
-    _check_starting_scripts(cfg, seeds if seeds is not None else tasks.baseline_solutions(comp_id))
+    if comp_id is not None:
+        scripts = seeds if seeds is not None else tasks.baseline_solutions(comp_id)
+        _check_starting_scripts(cfg, scripts)
+    try:
+        resolve_model(cfg.model)
+    except ValueError as err:
+        raise UsageError(f"--model {cfg.model}: {err}") from None
 
 
 def _check_task(cfg: Any) -> str | None:
@@ -338,8 +339,8 @@ def _main(argv: Sequence[str] | None) -> int:
         cfg, preset_name = build_config(args)
         if world > 1 and not args.out:
             raise UsageError(f"with {world} processes, name the run folder with --out")
-        _check_inputs(cfg, preset_name)
         _check_engine(cfg, given_engine_flags(args))
+        _check_inputs(cfg, preset_name)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(args.out or f"runs/{preset_name}-{cfg.method}-{stamp}")
         if rank == 0 and (run_dir / "config.json").exists():

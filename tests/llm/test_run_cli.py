@@ -36,6 +36,15 @@ def test_missing_task_exits_2(tmp_path, capsys, tiny_model_dir):
     assert not (tmp_path / "r").exists()
 
 
+def test_missing_task_with_the_default_model_converts_nothing(tmp_path, capsys, monkeypatch):
+    """The task is checked before the default model's GGUF is converted into the cache."""
+    cache = tmp_path / "models"
+    monkeypatch.setenv("RPG_MODEL_CACHE", str(cache))
+    assert main(["--task", "no-such-task", "--out", str(tmp_path / "r")]) == 2
+    assert "no-such-task" in _one_line_error(capsys)
+    assert not (tmp_path / "r").exists() and not cache.exists()
+
+
 @pytest.mark.parametrize(
     "value, needle",
     [

@@ -151,12 +151,16 @@ def test_readme_trl_example_runs_as_written(tiny_model_dir, tmp_path):
         (("--engine", "trl", "--beta", "-1"), "--beta must be a finite number >= 0, got -1.0"),
     ],
 )  # fmt: skip
-def test_engine_flag_errors_exit_2_with_one_line(flags, message, tmp_path, capsys):
+def test_engine_flag_errors_exit_2_with_one_line(flags, message, tmp_path, capsys, monkeypatch):
+    """Refused before the model is touched: with an empty model cache, the default model's GGUF
+    is not converted (a cold cache once printed the conversion's progress before the error)."""
+    cache = tmp_path / "models"
+    monkeypatch.setenv("RPG_MODEL_CACHE", str(cache))
     out = tmp_path / "r"
     assert main([*flags, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
-    assert not out.exists()
+    assert not out.exists() and not cache.exists()
 
 
 def test_use_vllm_without_vllm_or_gpu_exits_2(tmp_path, capsys):

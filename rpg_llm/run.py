@@ -165,8 +165,9 @@ def check_device(device: str | None) -> None:
 
 def _check_inputs(cfg: Any, preset_name: str) -> None:
     """Fail early (before a run folder is made or a model loaded) on a missing model, task,
-    grader, seed folder or preset resource. The model is resolved last: for the default model
-    that converts its GGUF weights once (seconds), which a usage error elsewhere should not cost.
+    grader, seed folder or preset resource. A hub model id is resolved last (for the default
+    model that converts its GGUF weights once, seconds), except where a GPU or data preset
+    lists its missing resources together, the weights among them.
 
     Raises:
         UsageError: naming the flag and the value.
@@ -174,10 +175,14 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
     from rpg_llm.env import tasks
     from rpg_llm.env.registry import SPEEDRUN_ID
     from rpg_llm.env.tasks.cliflags import seed_dir_arg
-    from rpg_llm.learner.policy import resolve_model
+    from rpg_llm.learner.policy import check_model_name, resolve_model
     from rpg_llm.presets import get_preset, missing_resources
 
     check_device(cfg.device)
+    try:
+        check_model_name(cfg.model)  # a bad local folder, before the slower checks
+    except ValueError as err:
+        raise UsageError(f"--model {cfg.model}: {err}") from None
     if cfg.data_root is not None:
         out_folder("--data-root", cfg.data_root)
     if cfg.task == SPEEDRUN_ID:
@@ -339,12 +344,12 @@ def _main(argv: Sequence[str] | None) -> int:
         cfg, preset_name = build_config(args)
         if world > 1 and not args.out:
             raise UsageError(f"with {world} processes, name the run folder with --out")
-        _check_engine(cfg, given_engine_flags(args))
-        _check_inputs(cfg, preset_name)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(args.out or f"runs/{preset_name}-{cfg.method}-{stamp}")
         if rank == 0 and (run_dir / "config.json").exists():
             raise UsageError(f"--out {run_dir} already holds a run; use --resume {run_dir}")
+        _check_engine(cfg, given_engine_flags(args))
+        _check_inputs(cfg, preset_name)
         resume = False
     if rank == 0:
         print(f"run folder: {run_dir}", flush=True)

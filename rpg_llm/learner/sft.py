@@ -12,7 +12,8 @@ et al. 2022: SFT, then PPO with a KL penalty to the SFT policy).
   ships, or with its constants already moved to other plausible values, so the model reads the
   listed values instead of memorising one script -- and an answer ``NAME = value`` lines that
   change one or two constants to other plausible values (:func:`plausible_values`), a string
-  switch such as ``MODEL`` to another of the values its comment declares.
+  switch such as ``MODEL`` to another of the values its comment declares, and a number whose
+  comment lists its values (``FOLDS = 0  # ...: one of 0, 3, 5``) to another of those.
 * ``script`` pairs: the base prompt and the baseline script as a fenced block.
 
 ``python -m rpg_llm.learner.sft`` measures the effect: the fraction of sampled answers (T 0.7,
@@ -100,12 +101,13 @@ def plausible_values(name: str, value: Any, choices: Sequence[Any] = ()) -> list
     * float ``x > 0``: ``x`` times 0.1, 0.3, 0.5, 2, 3 and 10 (3 significant digits); a fraction
       (``0 < x < 1``) only to values below 1; other floats: ``x +- 1``;
     * str: the other ``choices`` (none when the script declares none);
+    * an int or float with ``choices``: the other ``choices`` (before the rules above);
     * anything else (None, containers): none (the builder leaves it alone).
     """
-    if isinstance(value, str) or choices:
-        return [c for c in choices if c != value]
     if isinstance(value, bool):
         return [not value]
+    if isinstance(value, str) or (choices and isinstance(value, int | float)):
+        return [c for c in choices if c != value]
     if isinstance(value, int):
         if name.upper() in _SEED_NAMES:
             return [value + k for k in range(1, 10)]

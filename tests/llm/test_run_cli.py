@@ -36,13 +36,49 @@ def test_missing_task_exits_2(tmp_path, capsys, tiny_model_dir):
     assert not (tmp_path / "r").exists()
 
 
-def test_missing_task_with_the_default_model_converts_nothing(tmp_path, capsys, monkeypatch):
-    """The task is checked before the default model's GGUF is converted into the cache."""
-    cache = tmp_path / "models"
-    monkeypatch.setenv("RPG_MODEL_CACHE", str(cache))
+def _spy_resolve_model(monkeypatch) -> list[str]:
+    """Record the model names ``rpg_llm.run`` resolves (a hub id: cache, download, conversion)."""
+    import rpg_llm.learner.policy as policy
+
+    calls: list[str] = []
+    real = policy.resolve_model
+
+    def spy(name, *args, **kwargs):
+        calls.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(policy, "resolve_model", spy)
+    return calls
+
+
+def test_missing_task_with_the_default_model_resolves_no_model(tmp_path, capsys, monkeypatch):
+    """The task is checked before the default model is resolved (its GGUF converted)."""
+    calls = _spy_resolve_model(monkeypatch)
+    monkeypatch.setenv("RPG_MODEL_CACHE", str(tmp_path / "models"))
     assert main(["--task", "no-such-task", "--out", str(tmp_path / "r")]) == 2
     assert "no-such-task" in _one_line_error(capsys)
-    assert not (tmp_path / "r").exists() and not cache.exists()
+    assert calls == [] and not (tmp_path / "r").exists()
+
+
+def test_bad_model_folder_is_named_before_the_task_is_checked(tmp_path, capsys, monkeypatch):
+    import rpg_llm.run as run
+
+    def no_task_check(cfg):
+        raise AssertionError("the task was checked before the model folder")
+
+    monkeypatch.setattr(run, "_check_task", no_task_check)
+    argv = ["--model", str(tmp_path / "nope"), "--task", "no-such-task"]
+    assert main([*argv, "--out", str(tmp_path / "r")]) == 2
+    assert f"model folder {tmp_path / 'nope'} does not exist" in _one_line_error(capsys)
+
+
+def test_out_holding_a_run_is_refused_before_the_model_is_resolved(tmp_path, capsys, monkeypatch):
+    calls = _spy_resolve_model(monkeypatch)
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.json").write_text("{}")
+    assert main(["--out", str(tmp_path / "r")]) == 2
+    assert "already holds a run" in _one_line_error(capsys)
+    assert calls == []
 
 
 @pytest.mark.parametrize(

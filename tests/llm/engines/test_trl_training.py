@@ -152,15 +152,17 @@ def test_readme_trl_example_runs_as_written(tiny_model_dir, tmp_path):
     ],
 )  # fmt: skip
 def test_engine_flag_errors_exit_2_with_one_line(flags, message, tmp_path, capsys, monkeypatch):
-    """Refused before the model is touched: with an empty model cache, the default model's GGUF
-    is not converted (a cold cache once printed the conversion's progress before the error)."""
-    cache = tmp_path / "models"
-    monkeypatch.setenv("RPG_MODEL_CACHE", str(cache))
+    """Refused before the model is resolved (a cold model cache once converted the default
+    model's GGUF, printing its progress, before the error)."""
+    import rpg_llm.learner.policy as policy
+
+    calls: list[str] = []
+    monkeypatch.setattr(policy, "resolve_model", lambda name, *a, **k: calls.append(name))
     out = tmp_path / "r"
     assert main([*flags, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
-    assert not out.exists() and not cache.exists()
+    assert not out.exists() and calls == []
 
 
 def test_use_vllm_without_vllm_or_gpu_exits_2(tmp_path, capsys):

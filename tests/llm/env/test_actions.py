@@ -136,13 +136,20 @@ def test_declared_numbers_read_one_of_lists_of_numeric_constants_only():
             "N = 2  # one of 1, 2.5",  # an int knob listing a fraction
             "FLAG = True  # one of 0, 1",  # a bool is not a number here
             'MODEL = "rf"  # one of "rf", "hgb"',
+            "DEPTH = 3  # One of 1, 2, or 3.",  # any case, an Oxford comma, a full stop
+            "PCT = 5  # one of 5, 10%",  # a unit on the last number: not a list of values
+            "BIG = 2  # one of 2, 1e30",  # an int knob listing an exponent
+            "TOL = 0.5  # one of 1e400, 0.5",  # not finite
+            "STEP = 2  # one of 2, -4, +8",
         ]
     )
     cs = editable_constants(code)
     assert declared_numbers(cs["FOLDS"]) == (0, 3, 5)
     assert all(type(v) is int for v in declared_numbers(cs["FOLDS"]))
     assert declared_numbers(cs["RATE"]) == (0.1, 0.5, 1.0)
-    for name in ("LEAF", "K", "N", "FLAG", "MODEL"):
+    assert declared_numbers(cs["DEPTH"]) == (1, 2, 3)
+    assert declared_numbers(cs["STEP"]) == (2, -4, 8)
+    for name in ("LEAF", "K", "N", "FLAG", "MODEL", "PCT", "BIG", "TOL"):
         assert declared_numbers(cs[name]) == (), name
     # declared numbers are not switches: only string constants switch a family
     assert declared_switches(code) == ["MODEL"]

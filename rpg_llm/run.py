@@ -165,9 +165,10 @@ def check_device(device: str | None) -> None:
 
 def _check_inputs(cfg: Any, preset_name: str) -> None:
     """Fail early (before a run folder is made or a model loaded) on a missing model, task,
-    grader, seed folder or preset resource. A hub model id is resolved last (for the default
-    model that converts its GGUF weights once, seconds), except where a GPU or data preset
-    lists its missing resources together, the weights among them.
+    grader, seed folder or preset resource, or an edit-format prompt budget too small for the
+    starting scripts' constants (counted with the model's tokenizer). A hub model id is resolved
+    last (for the default model that converts its GGUF weights once, seconds), except where a
+    GPU or data preset lists its missing resources together, the weights among them.
 
     Raises:
         UsageError: naming the flag and the value.
@@ -197,13 +198,39 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
         comp_id = _check_task(cfg)
     except ValueError as err:
         raise UsageError(f"--task {cfg.task}: {err}") from None
+    scripts = None
     if comp_id is not None:
         scripts = seeds if seeds is not None else tasks.baseline_solutions(comp_id)
         _check_starting_scripts(cfg, scripts)
     try:
-        resolve_model(cfg.model)
+        path = resolve_model(cfg.model)
     except ValueError as err:
         raise UsageError(f"--model {cfg.model}: {err}") from None
+    if cfg.action == "edit" and scripts:
+        _check_prompt_budget(cfg, path, scripts)
+
+
+def _check_prompt_budget(cfg: Any, model_path: Path, scripts: list[tuple[str, str]]) -> None:
+    """Refuse a prompt budget that cannot hold an edit prompt's constants listing, outcome and
+    answer rules (the prompt would be cut in its middle), before a model is loaded.
+
+    Raises:
+        UsageError: naming ``--max-prompt-tokens``, its value, the script and the budget it needs.
+    """
+    from transformers import AutoTokenizer
+
+    from rpg_llm.loop.rollout import min_edit_prompt_tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    need, name = min_edit_prompt_tokens(tokenizer, cfg.describe, scripts, cfg.timeout_s)
+    budget = cfg.sampling.max_prompt_tokens
+    if need > budget:
+        source = f"--seed-dir {cfg.seed_dir}" if cfg.seed_dir is not None else f"task {cfg.task}"
+        raise UsageError(
+            f"--max-prompt-tokens {budget} is too small for the edit prompt of {source}'s "
+            f"{name!r}: its constants listing, outcome and answer rules need {need} tokens "
+            f"(give --max-prompt-tokens {need} or more)"
+        )
 
 
 def _check_task(cfg: Any) -> str | None:

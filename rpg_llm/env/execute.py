@@ -16,6 +16,7 @@ script and prints its outcome, delta, CPU seconds and score (exit 1 when the out
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from concurrent.futures import BrokenExecutor
@@ -38,6 +39,9 @@ OUTCOME_STATUSES = ("ok", "timeout", "oom", "error", "invalid", "infra")
 INFRA_REWARD = 0.0
 """Placeholder ``raw_reward`` of an ``"infra"`` outcome: no reward was observed; mask by status."""
 
+RUN_TIME_RE = re.compile(r", ran \d+(?:\.\d+)? s\b")
+"""The wall time part (``", ran 3.2 s"``) of a success's ``outcome_text``."""
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -53,7 +57,9 @@ class Outcome:
         lower-is-better tasks); ``INVALID_REWARD`` (-10) for the script's own failures;
         ``INFRA_REWARD`` (0.0, a placeholder never to be used as a reward) for ``"infra"``.
       valid: True iff ``status == "ok"``.
-      outcome_text: text shown to the policy (includes the score on success).
+      outcome_text: text shown to the policy; on success
+        ``"score <s> (<lower|higher> is better), ran <delta> s[, beats <p>% of the leaderboard]"``
+        (:data:`RUN_TIME_RE` finds the time part).
       cpu_s: CPU seconds (user + system) of the script and every child it waited for, ``None``
         when not measured (docker backend, or the run never started); for ``--time cpu``.
     """

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = [
     "base_prompt",
@@ -31,6 +32,7 @@ __all__ = [
     "truncate_code",
     "extract_code",
     "OMITTED_MARK",
+    "CONSTANTS_MARK",
 ]
 
 OMITTED_MARK = "# ... [{n} lines omitted] ..."
@@ -177,8 +179,14 @@ def edit_prompt(
         parent_code: the script to edit (the complete one; only the shown copy is truncated).
         outcome_text: how the parent went (score and time on success).
         timeout_s: execution time limit in seconds (> 0).
-        max_tokens: budget for the whole prompt (None: no truncation); the script is cut by
-            :func:`truncate_code` (which keeps the constants), then the description.
+        max_tokens: budget for the whole prompt (None: no truncation). Over budget, the shown
+            script loses its constants' lines (the listing shows them; one
+            :data:`CONSTANTS_MARK` line per run), a description that leaves less than 64
+            tokens for the script is cut at its end, and the script is cut by
+            :func:`truncate_code` to what remains (down to one omission line). The listing,
+            outcome and answer rules are never cut, so a budget below their length returns a
+            longer prompt: :func:`rpg_llm.loop.rollout.min_edit_prompt_tokens` finds the
+            smallest budget that holds a task's baselines.
         count_tokens: token counter for the budget (default: characters / 4).
 
     Raises:
@@ -219,26 +227,62 @@ def edit_prompt(
     prompt = build(parent_code)
     if max_tokens is None or count(prompt) <= max_tokens:
         return prompt
+    shown = _without_constant_lines(parent_code, constants)  # the listing holds them
     desc = description
-    code_budget = max_tokens - count(build(""))
-    if code_budget < _MIN_CODE_TOKENS:  # the description is too long: cut it
-        desc = _cut_description(
+    if desc.strip() and max_tokens - count(build("")) < _MIN_CODE_TOKENS:
+        desc = _cut_description(  # the description is too long: cut it
             description, lambda d: count(build("", d)), max_tokens - _MIN_CODE_TOKENS
         )
-        code_budget = max(_MIN_CODE_TOKENS, max_tokens - count(build("", desc)))
-    return build(truncate_code(parent_code, code_budget, count), desc)
+    # a tokenizer's count of the joined prompt can exceed the sum of its parts: shrink the
+    # script's budget by the excess until the prompt fits (or the script is one omission line)
+    code_budget = max_tokens - count(build("", desc))
+    while True:
+        prompt = build(truncate_code(shown, max(1, code_budget), count), desc)
+        over = count(prompt) - max_tokens
+        if over <= 0 or code_budget <= 1:
+            return prompt
+        code_budget -= over
+
+
+CONSTANTS_MARK = "# ... [{n} constant lines: in the list below] ..."
+"""What replaces a run of the editable constants' lines in a truncated edit prompt's script."""
+
+
+def _without_constant_lines(code: str, constants: Mapping[str, Any]) -> str:
+    """``code`` with the top-level assignments of ``constants`` (their whole line spans) replaced
+    by one :data:`CONSTANTS_MARK` line per run of consecutive such lines."""
+    names = set(constants)
+    drop: set[int] = set()
+    for node in ast.parse(code).body:  # parses: editable_constants found the constants
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id in names for t in node.targets
+        ):
+            drop.update(range(node.lineno - 1, node.end_lineno or node.lineno))
+    out: list[str] = []
+    run = 0
+    for i, line in enumerate([*code.splitlines(), ""]):
+        if i in drop:
+            run += 1
+            continue
+        if run:
+            out.append(CONSTANTS_MARK.format(n=run))
+            run = 0
+        out.append(line)
+    return "\n".join(out[:-1])
 
 
 # ----------------------------------------------------------------------------------------------
 # Truncation
 # ----------------------------------------------------------------------------------------------
 
+_CONSTANTS_MARK_RE = re.compile(re.escape(CONSTANTS_MARK).replace(r"\{n\}", r"\d+"))
 _ASSIGN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\s*(:[^=]+)?=\s*[-+\w.'\"()\[\], ]+$")
 _IMPORT_RE = re.compile(r"^(import\s|from\s+\S+\s+import\s)")
 
 
 def _priority_lines(code: str) -> tuple[list[str], set[int]]:
-    """Lines of ``code`` and the indices of import / hyper-parameter lines (top level)."""
+    """Lines of ``code`` and the indices of import / hyper-parameter lines (top level) and of
+    :data:`CONSTANTS_MARK` lines."""
     lines = code.splitlines()
     keep: set[int] = set()
     try:
@@ -256,6 +300,7 @@ def _priority_lines(code: str) -> tuple[list[str], set[int]]:
         for i, line in enumerate(lines):
             if _IMPORT_RE.match(line) or _ASSIGN_RE.match(line):
                 keep.add(i)
+    keep.update(i for i, line in enumerate(lines) if _CONSTANTS_MARK_RE.fullmatch(line))
     return lines, keep
 
 
@@ -279,8 +324,9 @@ def truncate_code(code: str, max_tokens: int, count_tokens: Callable[[str], int]
     """Cut ``code`` to about ``max_tokens`` tokens, keeping what matters for an edit.
 
     Kept, in priority order: import statements, top-level hyper-parameter assignments (a name
-    bound to a literal), then as many of the *last* lines as fit. Every dropped run of lines is
-    replaced by one line ``# ... [N lines omitted] ...``. Code within budget is returned as is.
+    bound to a literal) and :data:`CONSTANTS_MARK` lines, then as many of the *last* lines as
+    fit. Every dropped run of lines is replaced by one line ``# ... [N lines omitted] ...``.
+    Code within budget is returned as is.
 
     Args:
         code: the script.

@@ -3,11 +3,13 @@
 Parents are the top-``B`` buffer entries by ``raw_reward - rho_hat * time`` (vanilla: raw reward;
 DESIGN.md section 7); the base prompt while the buffer is empty. In the ``edit`` action format
 (:mod:`rpg_llm.env.actions`) the prompt is :func:`rpg_llm.env.prompts.edit_prompt` of the parent's
-stored
-script, and while the buffer is empty of one of the task's baselines with editable constants
-(row ``i``: baseline ``i mod n``). Every row keeps its parent's code, which the execution stage
-applies the edit to. Generation is seeded per step
-(and per process), so a step's responses depend only on the run seed, the step and the policy.
+stored script, and while the buffer is empty of one of the task's baselines with editable
+constants (row ``i``: baseline ``i mod n``). Every row keeps its parent's code, which the
+execution stage applies the edit to. Generation is seeded per step (and per process), so a step's
+responses depend only on the run seed, the step and the policy.
+
+A parent's outcome in its prompt states one time: the one its reward was charged
+(``exec_time``, in the run's time measure), not the executor's wall time.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rpg_llm.env.execute import RUN_TIME_RE
 from rpg_llm.env.prompts import BASELINE_OUTCOME, base_prompt, edit_prompt, improve_prompt
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "parent_prompts",
     "generate_rollout",
     "CHAT_TEMPLATE_ROOM",
+    "min_edit_prompt_tokens",
 ]
 
 CHAT_TEMPLATE_ROOM = 32  # tokens kept free for the chat template around a prompt
@@ -72,8 +76,50 @@ def prompt_hash(text: str) -> str:
 
 
 def _outcome_for_prompt(sample: Any) -> str:
-    text = sample.outcome_text or sample.status
-    return f"{text} (ran {sample.exec_time:.1f} s)"
+    """``"<outcome text>, ran <exec_time> s"``: the executor's own wall time is taken out of the
+    text, so the prompt states only the time the reward was charged."""
+    text = RUN_TIME_RE.sub("", sample.outcome_text or sample.status)
+    return f"{text}, ran {sample.exec_time:.1f} s"
+
+
+def min_edit_prompt_tokens(
+    tokenizer: Any, describe: bool, scripts: list[tuple[str, str]], timeout_s: float
+) -> tuple[int, str]:
+    """The smallest ``max_prompt_tokens`` at which the edit prompt of every script keeps what
+    :func:`rpg_llm.env.prompts.edit_prompt` never cuts (the constants listing, the parent's
+    outcome and the answer rules), with :data:`CHAT_TEMPLATE_ROOM` for the chat template; the
+    script and the description are then cut to one omission line and ``[...]``.
+
+    Args:
+        tokenizer: the policy's tokenizer (``tokenizer(text)["input_ids"]``).
+        describe: whether the prompts show the competition description (cut to ``[...]`` at
+            this budget, so its text does not matter).
+        scripts: ``(name, code)``; scripts without editable constants are skipped.
+        timeout_s: the time limit stated in the prompt, seconds.
+
+    Returns:
+        ``(tokens, name)``: the budget and the script that needs it (``(0, "")`` when no script
+        has editable constants).
+    """
+    from rpg_llm.env.actions import editable_constants
+
+    def count(s: str) -> int:
+        return len(tokenizer(s, add_special_tokens=False)["input_ids"])
+
+    need, worst = 0, ""
+    for name, code in scripts:
+        if not editable_constants(code):
+            continue
+        for outcome in (BASELINE_OUTCOME, _LONG_OUTCOME):
+            prompt = edit_prompt("[...]" if describe else "", code, outcome, timeout_s, 1, count)
+            tokens = count(prompt)
+            if tokens + CHAT_TEMPLATE_ROOM > need:
+                need, worst = tokens + CHAT_TEMPLATE_ROOM, name
+    return need, worst
+
+
+_LONG_OUTCOME = "score -0.000123457 (higher is better), beats 100% of the leaderboard, ran 1234.5 s"
+"""A parent's outcome text of the longest success form (the floor of a parent's prompt)."""
 
 
 def make_prompts(

@@ -415,3 +415,34 @@ def test_metrics_line_writes_null_for_no_best_generated(tmp_path):
     assert line["best_raw_reward"] == pytest.approx(0.9876)
     assert math.isnan(rec.best_generated)  # the record itself keeps nan for the summary line
     assert json_metrics({"x": float("-inf"), "y": 1}) == {"x": None, "y": 1}
+
+
+def test_prompt_budget_below_the_edit_prompts_floor_exits_2(tmp_path, capsys):
+    """The cpu-default preset's 352 tokens cannot hold a frontier task's constants listing and
+    answer rules (with SmolLM2's tokenizer they need 440-470): refused before any folder, with
+    the budget that would do; that budget then passes the check."""
+    import re
+
+    from rpg_core.cli import UsageError
+    from rpg_llm.env.tasks import baseline_solutions
+    from rpg_llm.learner.policy import DEFAULT_MODEL, resolve_model
+    from rpg_llm.run import _check_prompt_budget, _parser, build_config
+
+    out = tmp_path / "r"
+    assert main(["--task", "diamonds-price-rmse", "--out", str(out)]) == 2
+    err = _one_line_error(capsys)
+    assert "--max-prompt-tokens 352 is too small for the edit prompt of task diamonds-price" in err
+    assert not out.exists()
+    found = re.search(r"give --max-prompt-tokens (\d+) or more", err)
+    assert found is not None
+    need = int(found.group(1))
+    assert 352 < need <= 512
+    scripts, model = baseline_solutions("diamonds-price-rmse"), resolve_model(DEFAULT_MODEL)
+
+    def cfg(budget):
+        argv = ["--task", "diamonds-price-rmse", "--max-prompt-tokens", str(budget)]
+        return build_config(_parser().parse_args(argv))[0]
+
+    _check_prompt_budget(cfg(need), model, scripts)
+    with pytest.raises(UsageError, match=f"give --max-prompt-tokens {need} or more"):
+        _check_prompt_budget(cfg(need - 1), model, scripts)

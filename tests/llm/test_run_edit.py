@@ -222,7 +222,8 @@ def test_sft_warm_start_through_the_cli_and_resume_keeps_the_sft_reference(
     repo = REPO_ROOT
     run = tmp_path / "run"
     args = ["--model", str(tiny_model_dir), "--action", "edit", "--sft-steps", "2"]
-    args += ["--steps", "1", "--max-new-tokens", "8", "--estimator-batches", "100"]
+    args += ["--steps", "1", "--max-new-tokens", "8", "--max-prompt-tokens", "768"]
+    args += ["--estimator-batches", "100"]
     args += ["--sandbox", "subprocess", "--no-progress", "--no-plot", "--out", str(run)]
     proc = subprocess.run(
         [sys.executable, "-m", "rpg_llm.run", *args],

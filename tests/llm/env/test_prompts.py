@@ -147,14 +147,14 @@ def test_edit_prompt_lists_each_constants_comment():
     assert "\n- SEED = 0\n" in listing  # no comment, nothing added
 
 
-def test_edit_prompt_truncation_keeps_the_constants():
+def test_edit_prompt_truncation_keeps_the_constants_listing():
     from rpg_llm.env.prompts import edit_prompt
 
     full = edit_prompt("Task.", PARENT, "score 0.5", 60, count_tokens=WORDS)
     assert "- LR = 0.1\n- N_ESTIMATORS = 300\n- LAYERS = (64, 32)\n" in full
     p = edit_prompt("Task.", PARENT, "score 0.5", 60, max_tokens=250, count_tokens=WORDS)
     assert WORDS(p) <= 250 < WORDS(full)
-    assert "lines omitted" in p and "- N_ESTIMATORS = 300" in p and "\nN_ESTIMATORS = 300\n" in p
+    assert "lines omitted" in p and "- N_ESTIMATORS = 300" in p
     # a long description is cut at its end
     long_desc = "Word " * 2000
     q = edit_prompt(long_desc, PARENT, "score 0.5", 60, max_tokens=400, count_tokens=WORDS)
@@ -176,3 +176,74 @@ def test_improve_prompt_cuts_a_long_description_to_any_counter():
             long_desc, PARENT, "score 0.5", 60, max_tokens=budget, count_tokens=WORDS
         )
         assert "[...]" in q and WORDS(q) <= budget and "N_ESTIMATORS = 300" in q
+
+
+def test_edit_prompt_over_budget_shows_the_constants_once():
+    """Over budget, the script's constant lines give way to one mark (the listing has them), so
+    more of the script's other lines are shown instead of a second copy of the constants."""
+    from rpg_llm.env.prompts import CONSTANTS_MARK, edit_prompt
+
+    def script(p):
+        return p.split("```python\n")[1].split("```")[0]
+
+    full = edit_prompt("Task.", PARENT, "score 0.5", 60, count_tokens=WORDS)
+    budget = WORDS(full) - 20  # room for all but a few filler lines
+    shown = script(edit_prompt("Task.", PARENT, "score 0.5", 60, budget, WORDS))
+    assert CONSTANTS_MARK.format(n=3) in shown and "N_ESTIMATORS = 300" not in shown
+    assert "import numpy as np" in shown and "write(submission)" in shown
+    kept = [f"# filler line {i}" in shown for i in range(40)]
+    # without its constants (11 words) the script keeps all but the first few filler lines
+    assert kept[5:] == [True] * 35 and not all(kept)
+    tight = edit_prompt("Task.", PARENT, "score 0.5", 60, max_tokens=250, count_tokens=WORDS)
+    assert "N_ESTIMATORS = 300" not in script(tight) and "- N_ESTIMATORS = 300" in tight
+    assert WORDS(tight) <= 250
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=1, max_value=900), st.booleans())
+def test_edit_prompt_fits_any_budget_that_holds_its_listing_and_rules(budget, describe):
+    """A budget at least the floor (the prompt at ``max_tokens=1``: listing, outcome, rules,
+    one omission line, ``[...]`` for a description) is respected; below it the prompt is the
+    floor, never a prompt with the listing or the rules cut."""
+    from rpg_llm.env.prompts import edit_prompt
+
+    desc = "Word " * 300 if describe else ""
+    floor = edit_prompt(desc, PARENT, "score 0.5", 60, max_tokens=1, count_tokens=WORDS)
+    p = edit_prompt(desc, PARENT, "score 0.5", 60, max_tokens=budget, count_tokens=WORDS)
+    full = edit_prompt(desc, PARENT, "score 0.5", 60, count_tokens=WORDS)
+    listing = "- LR = 0.1\n- N_ESTIMATORS = 300\n- LAYERS = (64, 32)\n"
+    assert listing in p and p.endswith("(it is stopped after 60 seconds).")
+    if budget >= WORDS(full):
+        assert p == full
+    elif budget >= WORDS(floor):
+        assert WORDS(p) <= budget
+    else:
+        assert p == floor
+
+
+def test_frontier_edit_prompts_fit_the_tables_budget_with_the_real_tokenizer():
+    """With SmolLM2's tokenizer the frontier baselines' prompts fit 512 - CHAT_TEMPLATE_ROOM
+    tokens, listing and rules whole; 352 (the cpu-default preset) is below their floor."""
+    from transformers import AutoTokenizer
+
+    from rpg_llm.env.actions import editable_constants
+    from rpg_llm.env.prompts import BASELINE_OUTCOME, edit_prompt
+    from rpg_llm.env.tasks import baseline_solutions
+    from rpg_llm.learner.policy import DEFAULT_MODEL, resolve_model
+    from rpg_llm.loop.rollout import CHAT_TEMPLATE_ROOM, min_edit_prompt_tokens
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL))
+
+    def count(s):
+        return len(tok(s, add_special_tokens=False)["input_ids"])
+
+    for task in ("diamonds-price-rmse", "fine-foods-auc", "flights-delay-auc"):
+        scripts = baseline_solutions(task)
+        need, _ = min_edit_prompt_tokens(tok, False, scripts, 60.0)
+        assert 352 < need <= 512
+        for _, code in scripts:
+            if not editable_constants(code):
+                continue
+            p = edit_prompt("", code, BASELINE_OUTCOME, 60.0, 512 - CHAT_TEMPLATE_ROOM, count)
+            assert count(p) <= 512 - CHAT_TEMPLATE_ROOM
+            assert "- SEED = 0\n" in p and p.endswith("(it is stopped after 60 seconds).")

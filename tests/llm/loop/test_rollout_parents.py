@@ -41,3 +41,18 @@ def test_edit_format_without_any_editable_parent_keeps_the_ranking(tmp_path):
         prompts, ids, _ = make_prompts(buf, "r", 2, 0.2, "", 60.0, 4096, _tokenizer, action="edit")
         assert ids == [prior, prior]  # the improve prompt (a whole script) is then the only way
         assert all("```python" in p for p in prompts)
+
+
+def test_parent_prompt_states_the_charged_time_once(tmp_path):
+    """Under ``--time cpu`` a parent's outcome text holds its wall time (``ran 3.2 s``) and its
+    reward was charged 2.9 CPU-s: the prompt shows only the charged time."""
+    text = "score 0.0812 (lower is better), ran 3.2 s, beats 80% of the leaderboard"
+    with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
+        buf.add_many([toy_sample(0, 0.9, 2.9, step=0, row=0, code=LOGREG, outcome_text=text)])
+        args = dict(description="", timeout_s=60.0, max_prompt_tokens=4096, tokenizer=_tokenizer)
+        (prompt,), _, _ = make_prompts(buf, "r", 1, None, action="edit", **args)
+    assert (
+        "Outcome of the script: score 0.0812 (lower is better), beats 80% of the leaderboard, "
+        "ran 2.9 s\n" in prompt
+    )
+    assert prompt.count(" ran ") == 1

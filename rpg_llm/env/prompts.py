@@ -250,17 +250,23 @@ CONSTANTS_MARK = "# ... [{n} constant lines: in the list below] ..."
 
 def _without_constant_lines(code: str, constants: Mapping[str, Any]) -> str:
     """``code`` with the top-level assignments of ``constants`` (their whole line spans) replaced
-    by one :data:`CONSTANTS_MARK` line per run of consecutive such lines."""
+    by one :data:`CONSTANTS_MARK` line per run of consecutive such lines; a line that also holds
+    another statement (``LR = 0.1; fit()``) is kept."""
     names = set(constants)
     drop: set[int] = set()
+    other: set[int] = set()
     for node in ast.parse(code).body:  # parses: editable_constants found the constants
+        span = range(node.lineno - 1, node.end_lineno or node.lineno)
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id in names for t in node.targets
         ):
-            drop.update(range(node.lineno - 1, node.end_lineno or node.lineno))
+            drop.update(span)
+        else:
+            other.update(span)
+    drop -= other
     out: list[str] = []
     run = 0
-    for i, line in enumerate([*code.splitlines(), ""]):
+    for i, line in enumerate([*_source_lines(code), ""]):
         if i in drop:
             run += 1
             continue
@@ -283,7 +289,7 @@ _IMPORT_RE = re.compile(r"^(import\s|from\s+\S+\s+import\s)")
 def _priority_lines(code: str) -> tuple[list[str], set[int]]:
     """Lines of ``code`` and the indices of import / hyper-parameter lines (top level) and of
     :data:`CONSTANTS_MARK` lines."""
-    lines = code.splitlines()
+    lines = _source_lines(code)
     keep: set[int] = set()
     try:
         tree = ast.parse(code)
@@ -302,6 +308,17 @@ def _priority_lines(code: str) -> tuple[list[str], set[int]]:
                 keep.add(i)
     keep.update(i for i, line in enumerate(lines) if _CONSTANTS_MARK_RE.fullmatch(line))
     return lines, keep
+
+
+def _source_lines(code: str) -> list[str]:
+    """The lines of ``code`` as Python numbers them (``ast`` line numbers): split at ``\n``,
+    ``\r\n`` and ``\r`` only (``str.splitlines`` also splits at form feeds and Unicode line
+    separators, which Python reads inside a line)."""
+    lines = _NEWLINE_RE.split(code)
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+_NEWLINE_RE = re.compile(r"\r\n|\r|\n")
 
 
 def _is_constant(node: ast.AST | None) -> bool:

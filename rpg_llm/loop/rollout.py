@@ -8,8 +8,9 @@ constants (row ``i``: baseline ``i mod n``). Every row keeps its parent's code, 
 execution stage applies the edit to. Generation is seeded per step (and per process), so a step's
 responses depend only on the run seed, the step and the policy.
 
-A parent's outcome in its prompt states one time: the one its reward was charged
-(``exec_time``, in the run's time measure), not the executor's wall time.
+A parent's outcome in its prompt ends with the time its reward was charged (``exec_time``, in the
+run's time measure); the offline tasks' executor wall time (``", ran 3.2 s"``) is taken out of the
+text. (A NanoGPT task's text keeps its own wall time and train time: they describe the run.)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "generate_rollout",
     "CHAT_TEMPLATE_ROOM",
     "min_edit_prompt_tokens",
+    "EDIT_VALUE_ROOM",
 ]
 
 CHAT_TEMPLATE_ROOM = 32  # tokens kept free for the chat template around a prompt
@@ -85,10 +87,14 @@ def _outcome_for_prompt(sample: Any) -> str:
 def min_edit_prompt_tokens(
     tokenizer: Any, describe: bool, scripts: list[tuple[str, str]], timeout_s: float
 ) -> tuple[int, str]:
-    """The smallest ``max_prompt_tokens`` at which the edit prompt of every script keeps what
-    :func:`rpg_llm.env.prompts.edit_prompt` never cuts (the constants listing, the parent's
-    outcome and the answer rules), with :data:`CHAT_TEMPLATE_ROOM` for the chat template; the
-    script and the description are then cut to one omission line and ``[...]``.
+    """The smallest ``max_prompt_tokens`` at which the edit prompt of every script, and of its
+    children, keeps what :func:`rpg_llm.env.prompts.edit_prompt` never cuts (the constants
+    listing, the parent's outcome and the answer rules), with :data:`CHAT_TEMPLATE_ROOM` for the
+    chat template and :data:`EDIT_VALUE_ROOM` tokens per constant for a child's longer values
+    (``0.0125`` for ``0.01``); the script and the description are then cut to one omission line
+    and ``[...]``. A child whose values are much longer than that (twelve-digit floats
+    everywhere) can still exceed it, and :func:`rpg_llm.learner.policy.chat_prompt_ids` then
+    keeps the prompt's first and last tokens.
 
     Args:
         tokenizer: the policy's tokenizer (``tokenizer(text)["input_ids"]``).
@@ -108,14 +114,20 @@ def min_edit_prompt_tokens(
 
     need, worst = 0, ""
     for name, code in scripts:
-        if not editable_constants(code):
+        constants = editable_constants(code)
+        if not constants:
             continue
+        room = CHAT_TEMPLATE_ROOM + EDIT_VALUE_ROOM * len(constants)
         for outcome in (BASELINE_OUTCOME, _LONG_OUTCOME):
             prompt = edit_prompt("[...]" if describe else "", code, outcome, timeout_s, 1, count)
-            tokens = count(prompt)
-            if tokens + CHAT_TEMPLATE_ROOM > need:
-                need, worst = tokens + CHAT_TEMPLATE_ROOM, name
+            if count(prompt) + room > need:
+                need, worst = count(prompt) + room, name
     return need, worst
+
+
+EDIT_VALUE_ROOM = 2
+"""Tokens per editable constant that :func:`min_edit_prompt_tokens` keeps for a child's values
+being longer than its baseline's."""
 
 
 _LONG_OUTCOME = "score -0.000123457 (higher is better), beats 100% of the leaderboard, ran 1234.5 s"

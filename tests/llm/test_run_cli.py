@@ -419,8 +419,9 @@ def test_metrics_line_writes_null_for_no_best_generated(tmp_path):
 
 def test_prompt_budget_below_the_edit_prompts_floor_exits_2(tmp_path, capsys):
     """The cpu-default preset's 352 tokens cannot hold a frontier task's constants listing and
-    answer rules (with SmolLM2's tokenizer they need 440-470): refused before any folder, with
-    the budget that would do; that budget then passes the check."""
+    answer rules (with SmolLM2's tokenizer and the room for edited values they need 466-504):
+    refused before any folder, with the budget that would do; that budget then passes the
+    check. A NanoGPT task's baseline is checked too."""
     import re
 
     from rpg_core.cli import UsageError
@@ -446,3 +447,8 @@ def test_prompt_budget_below_the_edit_prompts_floor_exits_2(tmp_path, capsys):
     _check_prompt_budget(cfg(need), model, scripts)
     with pytest.raises(UsageError, match=f"give --max-prompt-tokens {need} or more"):
         _check_prompt_budget(cfg(need - 1), model, scripts)
+    nanogpt = ["--preset", "nanogpt-cpu", "--max-prompt-tokens", "256", "--out", str(out)]
+    assert main(nanogpt) == 2
+    err = _one_line_error(capsys)
+    assert "--max-prompt-tokens 256 is too small for the edit prompt of task nanogpt-cpu" in err
+    assert not out.exists()

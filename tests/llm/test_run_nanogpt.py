@@ -328,7 +328,8 @@ def test_one_step_nanogpt_cpu_preset_run(tmp_path, tiny_model_dir):
     scored whatever they are (an invalid one is charged the whole 300 s)."""
     run = tmp_path / "run"
     args = ["--preset", "nanogpt-cpu", "--model", str(tiny_model_dir), "--steps", "1"]
-    args += ["--max-new-tokens", "8", "--estimator-batches", "100", "--no-progress"]
+    args += ["--max-new-tokens", "8", "--max-prompt-tokens", "768", "--estimator-batches", "100"]
+    args += ["--no-progress"]
     args += ["--data-root", str(tmp_path / "data"), "--out", str(run)]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
     proc = subprocess.run(

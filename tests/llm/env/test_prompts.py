@@ -247,3 +247,30 @@ def test_frontier_edit_prompts_fit_the_tables_budget_with_the_real_tokenizer():
             p = edit_prompt("", code, BASELINE_OUTCOME, 60.0, 512 - CHAT_TEMPLATE_ROOM, count)
             assert count(p) <= 512 - CHAT_TEMPLATE_ROOM
             assert "- SEED = 0\n" in p and p.endswith("(it is stopped after 60 seconds).")
+
+
+def test_edit_prompt_keeps_a_line_the_constant_shares_with_another_statement():
+    """Only lines that hold nothing but editable constants give way to the mark; line numbers
+    follow Python's (a Unicode line separator inside a comment is not a line break)."""
+    from rpg_llm.env.prompts import CONSTANTS_MARK, edit_prompt
+
+    code = "\n".join(
+        [
+            "import numpy as np",
+            "# note \u2028 here",
+            "LR = 0.1; print('side')",
+            "N = 3",
+            "A = 1",
+            "B = 2",
+            "C = 3",
+            "D = 4",
+            "M = (1,",
+            " 2)",
+        ]
+        + [f"x{i} = fit(LR)  # filler line {i}" for i in range(40)]
+    )
+    full = edit_prompt("", code, "score 0.5", 60, count_tokens=WORDS)
+    p = edit_prompt("", code, "score 0.5", 60, WORDS(full) - 5, WORDS)
+    script = p.split("```python\n")[1].split("```")[0]
+    assert "LR = 0.1; print('side')\n" + CONSTANTS_MARK.format(n=7) + "\n" in script
+    assert "# note \u2028 here\n" in script and "- D = 4\n- M = (1, 2)\n" in p

@@ -146,7 +146,7 @@ def parse_cells(text: str, setting: Setting, flag: str = "--cells") -> list[Cell
     """Parse ``ENV:K[:X],...`` (``ENV:K`` = every context count of ``setting``).
 
     Raises:
-      UsageError: a malformed item, an unknown environment, K < 1, X < 4, or a repeated cell.
+      UsageError: a malformed item, an unknown environment, K < 2, X < 4, or a repeated cell.
     """
     cells: list[Cell] = []
     for item in (s.strip() for s in text.split(",")):
@@ -160,8 +160,8 @@ def parse_cells(text: str, setting: Setting, flag: str = "--cells") -> list[Cell
             xs = (int(parts[2]),) if len(parts) == 3 else setting.contexts
         except ValueError:
             raise UsageError(f"{flag}: expected ENV:K or ENV:K:X, got {item!r}") from None
-        if k < 1:
-            raise UsageError(f"{flag}: K must be >= 1, got {item!r}")
+        if k < 2:  # as regret_vs_arms --arms
+            raise UsageError(f"{flag}: K must be >= 2 (one arm has no regret), got {item!r}")
         cells += [Cell(env, k, check_contexts(x, flag)) for x in xs]
     if len(set(cells)) != len(cells):
         raise UsageError(f"{flag} repeats a cell: {text!r}")

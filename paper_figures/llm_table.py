@@ -657,6 +657,27 @@ def _check_model(model: str) -> None:
         raise UsageError(f"--model {model}: {err}") from None
 
 
+def _check_prompt_budgets(cfgs: Sequence) -> None:
+    """``rpg_llm.run.check_prompt_budget`` for each task's config (one per task) that uses the
+    edit format, before any run starts.
+
+    Raises:
+        UsageError: naming ``--max-prompt-tokens``, the task's script and the budget it needs.
+    """
+    from rpg_llm.env.registry import baseline_solutions
+    from rpg_llm.env.tasks.cliflags import seed_dir_arg
+    from rpg_llm.learner.policy import resolve_model
+    from rpg_llm.run import check_prompt_budget
+
+    for cfg in cfgs:
+        if cfg.action != "edit":
+            continue
+        seeds = seed_dir_arg(Path(cfg.seed_dir)) if cfg.seed_dir is not None else None
+        scripts = seeds if seeds is not None else baseline_solutions(cfg.task)
+        if scripts:
+            check_prompt_budget(cfg, resolve_model(cfg.model), scripts)
+
+
 def run_state(spec: RunSpec, cfg) -> str:
     """``"new"`` (no run yet), ``"done"`` (the metrics reach the run's steps, or, with an
     execution budget, every chain of the steps with metrics has used it: the run stopped on its
@@ -1336,6 +1357,9 @@ def _main(argv: Sequence[str] | None) -> int:
     specs = [RunSpec(t, m, k, out) for t in s.tasks for k in s.seeds for m in s.arms]
     cfgs = {p: _config_for(s, p) for p in specs}  # every value checked before any run starts
     _check_model(cfgs[specs[0]].model)
+    _check_prompt_budgets(
+        [cfgs[p] for p in specs if p.method == s.arms[0] and p.seed == s.seeds[0]]
+    )
     for p in specs:
         run_state(p, cfgs[p])  # a folder with other settings: usage error before the lock
     if args.table_only:

@@ -208,12 +208,19 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
     except ValueError as err:
         raise UsageError(f"--model {cfg.model}: {err}") from None
     if cfg.action == "edit" and scripts:
-        _check_prompt_budget(cfg, path, scripts)
+        check_prompt_budget(cfg, path, scripts)
 
 
-def _check_prompt_budget(cfg: Any, model_path: Path, scripts: list[tuple[str, str]]) -> None:
+def check_prompt_budget(cfg: Any, model_path: Path, scripts: list[tuple[str, str]]) -> None:
     """Refuse a prompt budget that cannot hold an edit prompt's constants listing, outcome and
     answer rules (the prompt would be cut in its middle), before a model is loaded.
+
+    Args:
+        cfg: the run's :class:`rpg_llm.config.LoopConfig` (its task, ``describe``, timeout,
+            ``sampling.max_prompt_tokens`` and ``seed_dir`` are read).
+        model_path: a local model folder (:func:`rpg_llm.learner.policy.resolve_model`); only
+            its tokenizer is loaded.
+        scripts: the starting scripts ``(name, code)`` (the task's baselines or ``--seed-dir``).
 
     Raises:
         UsageError: naming ``--max-prompt-tokens``, its value, the script and the budget it needs.

@@ -370,6 +370,20 @@ def test_usage_errors_exit_2_before_any_run(tmp_path, capsys, tiny_model_dir, ex
     assert not out.exists()  # no run started, nothing written
 
 
+def test_a_prompt_budget_below_a_tasks_edit_prompt_exits_2_before_any_run(tmp_path, capsys):
+    """The frontier tasks' constants listings need more than 300 tokens (SmolLM2): refused with
+    the budget that would do, before any run folder (the runs used to start and fail one by
+    one, the reason only in their logs)."""
+    out = tmp_path / "t"
+    argv = ["--tasks", "flights-delay-auc", "--seeds", "0", "--max-prompt-tokens", "300"]
+    assert lt.main([*argv, "--out", str(out)]) == 2
+    err = _one_line(capsys)
+    assert (
+        "--max-prompt-tokens 300 is too small for the edit prompt of task flights-delay-auc" in err
+    )
+    assert not out.exists()
+
+
 def test_an_out_that_is_a_file_or_cannot_be_made_exits_2(tmp_path, capsys, tiny_model_dir):
     file = tmp_path / "file"
     file.write_text("kept\n")

@@ -22,6 +22,7 @@ PG_GRID = ["--grid", "lr=0.3,3", "--grid", "age_bound=60,4000"]
         (["--cells", "E1:x"], "'E1:x'"),
         (["--cells", "E1:5:2"], "--cells 2"),
         (["--cells", "E1:0"], "'E1:0'"),
+        (["--cells", "E1:1"], "--cells: K must be >= 2 (one arm has no regret), got 'E1:1'"),
         (["--cells", "E1:5,E1:5"], "repeats"),
         (["--agents", "cucb-theory"], "cucb-theory"),
         (["--grid", "foo=1"], "'foo'"),

@@ -32,7 +32,8 @@ def test_unknown_model_offline_exits_2(tmp_path, capsys, monkeypatch):
 def test_missing_task_exits_2(tmp_path, capsys, tiny_model_dir):
     argv = ["--model", str(tiny_model_dir), "--task", "no-such-task", "--out", str(tmp_path / "r")]
     assert main(argv) == 2
-    assert "no-such-task" in _one_line_error(capsys)
+    err = _one_line_error(capsys)
+    assert "no-such-task" in err and "the offline competitions are ames-housing-rmse, " in err
     assert not (tmp_path / "r").exists()
 
 
@@ -427,7 +428,7 @@ def test_prompt_budget_below_the_edit_prompts_floor_exits_2(tmp_path, capsys):
     from rpg_core.cli import UsageError
     from rpg_llm.env.tasks import baseline_solutions
     from rpg_llm.learner.policy import DEFAULT_MODEL, resolve_model
-    from rpg_llm.run import _check_prompt_budget, _parser, build_config
+    from rpg_llm.run import _parser, build_config, check_prompt_budget
 
     out = tmp_path / "r"
     assert main(["--task", "diamonds-price-rmse", "--out", str(out)]) == 2
@@ -444,9 +445,9 @@ def test_prompt_budget_below_the_edit_prompts_floor_exits_2(tmp_path, capsys):
         argv = ["--task", "diamonds-price-rmse", "--max-prompt-tokens", str(budget)]
         return build_config(_parser().parse_args(argv))[0]
 
-    _check_prompt_budget(cfg(need), model, scripts)
+    check_prompt_budget(cfg(need), model, scripts)
     with pytest.raises(UsageError, match=f"give --max-prompt-tokens {need} or more"):
-        _check_prompt_budget(cfg(need - 1), model, scripts)
+        check_prompt_budget(cfg(need - 1), model, scripts)
     nanogpt = ["--preset", "nanogpt-cpu", "--max-prompt-tokens", "256", "--out", str(out)]
     assert main(nanogpt) == 2
     err = _one_line_error(capsys)

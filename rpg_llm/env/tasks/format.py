@@ -484,7 +484,10 @@ def load_competition(
         )
     elif status == "complete":
         where += "; the mlebench registry does not list it either"
+    from rpg_llm.env.tasks.offline import list_offline_competitions
+
     raise ValueError(
-        f"competition {comp_id!r} not found {where}; run `python -m rpg_llm.env.tasks prepare "
-        f"{comp_id}` for an offline competition, or pass --mlebench-dir for an MLE-Bench tree"
+        f"competition {comp_id!r} not found {where}; the offline competitions are "
+        f"{', '.join(list_offline_competitions())}; for an MLE-Bench competition pass "
+        "--mlebench-dir (an MLE-Bench tree)"
     )

@@ -1301,7 +1301,12 @@ def _parser() -> ArgumentParser:
         help="seed of the SFT warm start shared by every run of a task (default 0; the SFT "
         "weights are then computed once per task, rpg_llm.learner.sft_cache)",
     )
-    p.add_argument("--run-args", default=None, help="extra rpg_llm.run flags, one quoted string")
+    p.add_argument(
+        "--run-args",
+        default=None,
+        help="extra rpg_llm.run flags, one quoted string; write --run-args='--x=1' when the "
+        "string starts with a dash and has no space",
+    )
     p.add_argument(
         "--arms",
         default=None,

@@ -109,7 +109,11 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--steps", type=int, default=N_STEPS, help="decisions per trial")
     ap.add_argument("--seeds", type=int, default=len(EVAL_SEEDS), help="evaluation trials")
     ap.add_argument("--seed-start", type=int, default=EVAL_SEEDS.start, help="first trial")
-    ap.add_argument("--agents", default=",".join(DEFAULT_AGENTS))
+    ap.add_argument(
+        "--agents",
+        default=",".join(DEFAULT_AGENTS),
+        help=f"comma-separated agents (default {','.join(DEFAULT_AGENTS)})",
+    )
     ap.add_argument(
         "--cell-seeds",
         action="append",

@@ -664,16 +664,17 @@ def _check_prompt_budgets(cfgs: Sequence) -> None:
     Raises:
         UsageError: naming ``--max-prompt-tokens``, the task's script and the budget it needs.
     """
-    from rpg_llm.env.registry import baseline_solutions
-    from rpg_llm.env.tasks.cliflags import seed_dir_arg
     from rpg_llm.learner.policy import resolve_model
+    from rpg_llm.loop.backends import seed_solutions
     from rpg_llm.run import check_prompt_budget
 
     for cfg in cfgs:
         if cfg.action != "edit":
             continue
-        seeds = seed_dir_arg(Path(cfg.seed_dir)) if cfg.seed_dir is not None else None
-        scripts = seeds if seeds is not None else baseline_solutions(cfg.task)
+        try:
+            scripts = seed_solutions(cfg)(cfg.task)  # the scripts the run starts from
+        except ValueError as err:  # a --seed-dir in --run-args that holds no valid script
+            raise UsageError(f"--seed-dir {cfg.seed_dir}: {err}") from None
         if scripts:
             check_prompt_budget(cfg, resolve_model(cfg.model), scripts)
 

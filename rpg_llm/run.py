@@ -173,10 +173,10 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
     Raises:
         UsageError: naming the flag and the value.
     """
-    from rpg_llm.env import registry, tasks
     from rpg_llm.env.registry import SPEEDRUN_ID
     from rpg_llm.env.tasks.cliflags import seed_dir_arg
     from rpg_llm.learner.policy import check_model_name, resolve_model
+    from rpg_llm.loop.backends import seed_solutions
     from rpg_llm.presets import get_preset, missing_resources
 
     check_device(cfg.device)
@@ -198,11 +198,9 @@ def _check_inputs(cfg: Any, preset_name: str) -> None:
         comp_id = _check_task(cfg)
     except ValueError as err:
         raise UsageError(f"--task {cfg.task}: {err}") from None
+    scripts = seeds if seeds is not None else seed_solutions(cfg)(comp_id or cfg.task)
     if comp_id is not None:
-        scripts = seeds if seeds is not None else tasks.baseline_solutions(comp_id)
         _check_starting_scripts(cfg, scripts)
-    else:  # a NanoGPT task: its own baselines
-        scripts = seeds if seeds is not None else registry.baseline_solutions(cfg.task)
     try:
         path = resolve_model(cfg.model)
     except ValueError as err:

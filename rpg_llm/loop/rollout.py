@@ -120,8 +120,9 @@ def min_edit_prompt_tokens(
         room = CHAT_TEMPLATE_ROOM + EDIT_VALUE_ROOM * len(constants)
         for outcome in (BASELINE_OUTCOME, _LONG_OUTCOME):
             prompt = edit_prompt("[...]" if describe else "", code, outcome, timeout_s, 1, count)
-            if count(prompt) + room > need:
-                need, worst = count(prompt) + room, name
+            tokens = count(prompt) + room
+            if tokens > need:
+                need, worst = tokens, name
     return need, worst
 
 

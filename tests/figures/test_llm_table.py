@@ -356,6 +356,7 @@ def _one_line(capsys) -> str:
         (["--exec-budget", "0"], ["--exec-budget", "'0'"]),
         (["--exec-budget", "soon"], ["--exec-budget", "soon"]),
         (["--run-args", "--exec-budget 3"], ["--run-args", "--exec-budget"]),
+        (["--run-args", "--seed-dir /no/such/seeds"], ["--seed-dir /no/such/seeds", "not a dir"]),
     ],
 )
 def test_usage_errors_exit_2_before_any_run(tmp_path, capsys, tiny_model_dir, extra, needles):

@@ -37,7 +37,7 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
 * chain, best score so far, value of a chain at a budget: :mod:`rpg_llm.loop.budget` (one chain per
   batch row, cumulative *measured* execution seconds, step-0 seed samples excluded).
 * the budget ``B`` the table is read at: the runs' **execution budget** ``--exec-budget``
-  (default 12 s per chain). Every run (``rpg_llm.run --exec-budget B``) stops before the first
+  (default 30 s per chain). Every run (``rpg_llm.run --exec-budget B``) stops before the first
   step at which each of its chains has used ``B`` seconds of measured execution (``--steps`` is a
   cap), so both arms get the same execution budget, as the paper's budget curves compare them
   (RPG's cheaper scripts then buy it more steps). A chain with no sample finished within ``B``
@@ -60,23 +60,26 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
 * average improvement: the mean of the per-task % improvements after dropping the highest and
   the lowest (as the paper does) when there are >= 3 tasks; the plain mean otherwise.
 
-Settings. The full table: churn-auc, concrete-strength-mae and bbc-news-logloss x seeds 0, 1, 2 x
-both arms (18 runs), batch 2, responses capped at 64 tokens, prompts at 512, execution budget
-12 s per chain, at most 10 PPO steps. ``--quick`` is its concrete-strength-mae row on seeds 0 and
-1 (4 runs, the same run settings: a full table on the same ``--out`` then skips them).
-Everything else is the ``cpu-default`` preset of ``rpg_llm.presets`` (the edit action with an
-8-step SFT warm start, LoRA PPO; seeded buffer, timeout 60 s); ``--sft-seed 0`` gives every run
-of a task one SFT model, memoised by :mod:`rpg_llm.learner.sft_cache`. A run costs about 80 s to
-start
-(imports, model load, seeding the buffer with the task's baselines) plus ~30-40 s a step
-(generation, execution, PPO) on this 2-core machine; measured times are in
-benchmarks/RESULTS.md.
+Settings (:data:`FULL`, :data:`QUICK`). The full table: six offline tasks (churn-auc,
+concrete-strength-mae, bbc-news-logloss and the three frontier tasks diamonds-price-rmse,
+flights-delay-auc, fine-foods-auc, whose baselines declare a ``MODEL`` switch) x run seeds 0, 1 x
+the arms (24 runs with rpg and vanilla), 4 chains, responses capped at 64 tokens, prompts at 512,
+execution budget 30 CPU-seconds per chain (``--time cpu``: :data:`TIME_MEASURE_WHY`), at most 10
+PPO steps, every run probed (4 answers x 4 parents). ``--quick`` is a smoke table:
+diamonds-price-rmse x seeds 0, 1 x both arms at 2 chains, 10 CPU-seconds per chain, at most 5
+steps, no probe, written to ``out/llm_table_quick`` by default. The protocol is printed before the
+first run (:func:`protocol_text`) and with the table. Everything else is the ``cpu-default``
+preset of ``rpg_llm.presets`` (the edit action with an 8-step SFT warm start, LoRA PPO; seeded
+buffer, timeout 60 s); ``--sft-seed 0`` gives every run of a task one SFT model, memoised by
+:mod:`rpg_llm.learner.sft_cache`. A run costs about 80 s to start (imports, model load, seeding
+the buffer with the task's baselines) plus, at 4 chains and 512-token prompts, ~110-170 s a step
+(PPO ~80 s of it) on this 2-core machine; measured times are in benchmarks/RESULTS.md.
 
-Hyper-parameters: chosen on run seeds the table does not use (900, 901), in one tuning pass of
-the actor learning rate (2e-5 vs 1e-4, the quick setting on concrete-strength-mae, criterion the
-mean over both arms of the table value): the two gave 0.906 and 0.905, so the preset's 2e-5
-stays. The commands, seeds and values are in ``paper_figures/llm_table_tuning.json``; the table's
-output repeats this (:data:`TUNING_NOTE`).
+Hyper-parameters: chosen on run seeds the table does not use (900, 901), in one tuning pass of the
+actor learning rate (2e-5 vs 1e-4 on concrete-strength-mae at 2 chains and 12 wall-seconds per
+chain, criterion the mean over both arms of the table value): the two gave 0.906 and 0.905, so the
+preset's 2e-5 stays. The commands, seeds and values are in
+``paper_figures/llm_table_tuning.json``; the table's output repeats this (:data:`TUNING_NOTE`).
 """
 
 from __future__ import annotations
@@ -117,6 +120,8 @@ __all__ = [
     "FULL",
     "RunSpec",
     "TUNING_NOTE",
+    "TIME_MEASURE_WHY",
+    "protocol_text",
     "mean_se",
     "pct_improvement",
     "trimmed_average",
@@ -154,10 +159,10 @@ ABLATION = {
 ACTIONS = ("script", "edit")
 TUNING_NOTE = (
     "Hyper-parameters: one tuning pass on run seeds the table does not use (900, 901; "
-    "concrete-strength-mae, the quick setting): actor learning rate 2e-5 vs 1e-4 by the mean "
-    "over both arms of the table value; 0.906 vs 0.905, so the preset's 2e-5 is kept (the "
-    "difference is far inside one standard error). Commands and values: "
-    "paper_figures/llm_table_tuning.json."
+    "concrete-strength-mae at 2 chains and 12 wall-seconds per chain): actor learning rate "
+    "2e-5 vs 1e-4 by the mean over both arms of the table value; 0.906 vs 0.905, so the "
+    "preset's 2e-5 is kept (the difference is far inside one standard error). Commands and "
+    "values: paper_figures/llm_table_tuning.json."
 )
 TABLE_FIELDS = [
     "task",
@@ -218,15 +223,42 @@ class TableSettings:
 
 
 FULL = TableSettings(
-    tasks=("churn-auc", "concrete-strength-mae", "bbc-news-logloss"),
-    seeds=(0, 1, 2),
+    tasks=(
+        "churn-auc",
+        "concrete-strength-mae",
+        "bbc-news-logloss",
+        "diamonds-price-rmse",
+        "flights-delay-auc",
+        "fine-foods-auc",
+    ),
+    seeds=(0, 1),
     steps=10,
-    batch_size=2,
-    exec_budget_s=12.0,
+    batch_size=4,
+    exec_budget_s=30.0,
+    run_args=("--time", "cpu"),
+    probe_answers=4,
 )
-# the quick table is the full table's concrete-strength-mae row on seeds 0 and 1: the same run
-# settings, so a full table on the same --out skips the quick table's four runs
-QUICK = replace(FULL, tasks=("concrete-strength-mae",), seeds=(0, 1))
+"""The full table's protocol: six offline tasks (the last three have a time/quality frontier and
+a declared model-family switch), 4 chains, 30 CPU-seconds of execution per chain, at most 10
+steps, run seeds 0 and 1, every run probed (4 answers x 4 parents). CPU seconds rather than wall
+seconds because the table runs on a shared machine whose load moves wall time (TIME_MEASURE_WHY).
+"""
+QUICK = TableSettings(
+    tasks=("diamonds-price-rmse",),
+    seeds=(0, 1),
+    steps=5,
+    batch_size=2,
+    exec_budget_s=10.0,
+    run_args=("--time", "cpu"),
+)
+"""The smoke table: one frontier task, 2 chains, 10 CPU-seconds per chain, at most 5 steps, run
+seeds 0 and 1, no probe; its own default ``--out`` (its runs differ from the full table's)."""
+TIME_MEASURE_WHY = {
+    "cpu": "CPU seconds (user + system of each script and its children): on a shared machine "
+    "wall time moves with the load (the same script measured 2.9-3.7 s apart in one session), "
+    "CPU time far less",
+    "wall": "wall seconds, as the paper measures time",
+}
 
 
 class RunSpec:
@@ -1141,8 +1173,7 @@ def _markdown_document(
         f"{s.batch_size}; max new tokens {s.max_new_tokens or 'preset'}; max prompt tokens "
         f"{s.max_prompt_tokens or 'preset'}; arms {', '.join(s.arms)}"
         + (f" (fixed lambda {s.fixed_lambda:g} per s)" if s.fixed_lambda is not None else "")
-        + f"; time measure {time_measure} seconds of each script"
-        + (" (user + system CPU, children included)" if time_measure == "cpu" else "")
+        + f"; time measure: {TIME_MEASURE_WHY.get(time_measure, time_measure)}"
         + "; timeout "
         f"{s.timeout_s or 'preset'}; action {s.action or 'run default'}; sft steps "
         f"{s.sft_steps if s.sft_steps is not None else 'run default'}; sft seed "
@@ -1198,6 +1229,22 @@ def _chain_counts(s: TableSettings, rows: Sequence[TaskRow], count) -> str:
     return "; ".join(parts)
 
 
+def protocol_text(s: TableSettings, time_measure: str) -> str:
+    """The protocol the table runs, in one paragraph (printed before the first run): tasks, run
+    seeds, arms, chains, execution budget and step cap, time measure and why, probe."""
+    probe = (
+        f"{s.probe_answers} answers x {s.probe_parents} parents per run"
+        if s.probe_answers
+        else "none"
+    )
+    return (
+        f"Protocol: tasks {', '.join(s.tasks)}; run seeds {', '.join(map(str, s.seeds))}; arms "
+        f"{', '.join(s.arms)}; {s.batch_size} chains per run; execution budget "
+        f"{_budget_text(s)}; time measure: {TIME_MEASURE_WHY.get(time_measure, time_measure)}; "
+        f"probe: {probe}."
+    )
+
+
 def _budget_text(s: TableSettings) -> str:
     if s.exec_budget_s is None:
         return "none (same steps; read at the common final budget)"
@@ -1248,10 +1295,10 @@ def _settings_from_args(args) -> TableSettings:
         sft_steps=args.sft_steps,
         sft_seed=args.sft_seed,
         exec_budget_s=_exec_budget(args.exec_budget, base.exec_budget_s),
-        run_args=tuple(shlex.split(args.run_args or "")),
+        run_args=base.run_args + tuple(shlex.split(args.run_args or "")),
         arms=tuple(a for a in args.arms.split(",") if a) if args.arms else base.arms,
         fixed_lambda=args.fixed_lambda,
-        probe_answers=args.probe,
+        probe_answers=base.probe_answers if args.probe is None else args.probe,
         probe_parents=args.probe_parents,
     )
     if not s.tasks:
@@ -1262,9 +1309,10 @@ def _settings_from_args(args) -> TableSettings:
         raise UsageError(f"--max-prompt-tokens must be >= 1, got {args.max_prompt_tokens}")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
-    if args.probe < 0 or args.probe_parents < 1:
+    if s.probe_answers < 0 or args.probe_parents < 1:
         raise UsageError(
-            f"--probe must be >= 0 and --probe-parents >= 1, got {args.probe}, {args.probe_parents}"
+            f"--probe must be >= 0 and --probe-parents >= 1, got {s.probe_answers}, "
+            f"{args.probe_parents}"
         )
     if args.points < 2:
         raise UsageError(f"--points must be >= 2, got {args.points}")
@@ -1273,11 +1321,18 @@ def _settings_from_args(args) -> TableSettings:
 
 def _parser() -> ArgumentParser:
     p = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], allow_abbrev=False)
-    p.add_argument("--quick", action="store_true", help="1 task x 2 seeds (<= 20 min)")
-    p.add_argument("--out", default="out/llm_table", help="output folder (runs under OUT/runs)")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke table: 1 task x 2 seeds x 2 arms at B = 2"
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output folder, runs under OUT/runs (default out/llm_table, "
+        "out/llm_table_quick with --quick)",
+    )
     p.add_argument("--tasks", default=None, help="comma-separated offline competition ids")
     seeds = comma_list(_seed, "run seeds (integers >= 0)")
-    p.add_argument("--seeds", type=seeds, default=None, help="run seeds (table: 0,1,2)")
+    p.add_argument("--seeds", type=seeds, default=None, help="run seeds (table: 0,1)")
     p.add_argument(
         "--steps", type=int, default=None, help="PPO steps per run (the cap with a budget)"
     )
@@ -1285,7 +1340,7 @@ def _parser() -> ArgumentParser:
         "--exec-budget",
         default=None,
         help="execution budget per chain, seconds: runs stop once every chain has used it and "
-        "the table is read there (default 12); none: same steps for both arms",
+        "the table is read there (default 30, --quick 10); none: same steps for both arms",
     )
     p.add_argument("--batch-size", type=int, default=None, help="prompts per step")
     p.add_argument("--max-new-tokens", type=int, default=None, help="response cap, tokens")
@@ -1323,10 +1378,10 @@ def _parser() -> ArgumentParser:
     p.add_argument(
         "--probe",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
         help="probe every finished run: N answers per fixed parent from the trained and the "
-        "SFT-only policy (python -m rpg_llm.probe); 0: no probe",
+        "SFT-only policy (python -m rpg_llm.probe); 0: no probe (default 4, --quick 0)",
     )
     p.add_argument("--probe-parents", type=int, default=4, help="fixed parents of the probe")
     p.add_argument("--table-only", action="store_true", help="start no run; table from the runs")
@@ -1359,7 +1414,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     s = _settings_from_args(args)
     _check_settings(s)
-    out = out_folder("--out", args.out)
+    default_out = "out/llm_table_quick" if args.quick else "out/llm_table"
+    out = out_folder("--out", args.out or default_out)
     specs = [RunSpec(t, m, k, out) for t in s.tasks for k in s.seeds for m in s.arms]
     cfgs = {p: _config_for(s, p) for p in specs}  # every value checked before any run starts
     _check_model(cfgs[specs[0]].model)
@@ -1376,6 +1432,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) -> int:
     states = {p: run_state(p, cfgs[p]) for p in specs}
+    print(protocol_text(s, cfgs[specs[0]].reward.time_measure), flush=True)
     print(TUNING_NOTE, flush=True)
     failed = []
     for i, p in enumerate(specs, 1):

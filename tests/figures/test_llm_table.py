@@ -203,6 +203,10 @@ def _cli_base(out: Path, model: Path, *extra: str) -> list[str]:
         "8",
         "--exec-budget",
         "none",
+        "--batch-size",
+        "2",
+        "--probe",
+        "0",
         "--run-args",
         "--no-seed-buffer --max-prompt-tokens 768 --sandbox subprocess",
         *extra,
@@ -773,6 +777,45 @@ def test_probe_rows_and_figure_from_hand_made_probes(tmp_path):
     assert float(rows[3]["valid_fraction"]) - float(rows[2]["valid_fraction"]) == 0.25
     png, pdf = lt.plot_probe(rows, tmp_path)
     assert png.name == "llm_table_probe.png" and png.stat().st_size > 0 and pdf.exists()
+
+
+def test_the_full_protocol_has_six_tasks_three_with_a_family_switch():
+    """FULL: >= 6 offline tasks, >= 3 of whose baselines declare a ``MODEL`` family switch,
+    4 chains, CPU-second budget; QUICK: one frontier task; neither shares seeds with tuning."""
+    from rpg_llm.env.actions import declared_switches
+    from rpg_llm.env.tasks import baseline_solutions, list_offline_competitions
+
+    assert len(lt.FULL.tasks) >= 6 and set(lt.FULL.tasks) <= set(list_offline_competitions())
+    switch = [
+        t
+        for t in lt.FULL.tasks
+        if any("MODEL" in declared_switches(code) for _, code in baseline_solutions(t))
+    ]
+    assert len(switch) >= 3 and set(lt.QUICK.tasks) <= set(switch)
+    assert lt.FULL.batch_size >= 4 and lt.FULL.probe_answers > 0
+    for s in (lt.FULL, lt.QUICK):
+        assert s.run_args[-2:] == ("--time", "cpu") and s.exec_budget_s is not None
+
+
+def test_run_args_add_to_the_protocols_and_the_protocol_is_printed(
+    tmp_path, tiny_model_dir, capsys
+):
+    """--run-args come after the protocol's flags (so ``--time wall`` wins), the run config
+    measures CPU time by default, and the protocol line names tasks, seeds and the measure."""
+    out = tmp_path / "t"
+    base = lt._settings_from_args(lt._parser().parse_args(_cli_base(out, tiny_model_dir)))
+    spec = lt.RunSpec("churn-auc", "rpg", 0, out)
+    assert lt._config_for(base, spec).reward.time_measure == "cpu"
+    wall = _cli_base(out, tiny_model_dir)
+    wall[wall.index("--run-args") + 1] += " --time wall"
+    s = lt._settings_from_args(lt._parser().parse_args(wall))
+    assert lt._config_for(s, spec).reward.time_measure == "wall"
+    text = lt.protocol_text(base, "cpu")
+    assert "tasks churn-auc" in text and "run seeds 0, 1" in text and "CPU seconds" in text
+    quick = lt._settings_from_args(lt._parser().parse_args(["--quick"]))
+    assert (quick.tasks, quick.probe_answers) == (lt.QUICK.tasks, 0)
+    full = lt._settings_from_args(lt._parser().parse_args([]))
+    assert full == lt.FULL
 
 
 def test_probe_flags_are_checked(tmp_path, capsys, tiny_model_dir):

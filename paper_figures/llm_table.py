@@ -255,8 +255,9 @@ QUICK = TableSettings(
 seeds 0 and 1, no probe; its own default ``--out`` (its runs differ from the full table's)."""
 TIME_MEASURE_WHY = {
     "cpu": "CPU seconds (user + system of each script and its children): on a shared machine "
-    "wall time moves with the load (the same script measured 2.9-3.7 s apart in one session), "
-    "CPU time far less",
+    "wall time also counts the time a script waits for a core, which moves with the load; CPU "
+    "time does not (it still grows somewhat when other processes share caches and memory "
+    "bandwidth)",
     "wall": "wall seconds, as the paper measures time",
 }
 

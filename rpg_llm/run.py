@@ -31,7 +31,7 @@ from typing import Any
 
 from rpg_core.cli import ArgumentParser, UsageError, out_folder, run_cli
 
-__all__ = ["main", "build_config", "check_device", "PROG"]
+__all__ = ["main", "build_config", "check_device", "check_prompt_budget", "prepare_offline", "PROG"]
 
 PROG = "python -m rpg_llm.run"
 
@@ -265,6 +265,34 @@ def _check_task(cfg: Any) -> str | None:
     return comp_id
 
 
+def prepare_offline(cfg: Any) -> bool:
+    """Build ``cfg.task``'s offline competition folder when this machine has none yet, saying so
+    first: it takes about a minute (the split, and the baseline ladder of its leaderboard), and
+    the run would otherwise pause silently after printing its folder.
+
+    Returns:
+        Whether a competition was built (False: not an offline competition, or already there).
+
+    Raises:
+        ValueError: an unknown task (:func:`_check_task`).
+    """
+    from rpg_llm.env import tasks
+
+    comp_id = _check_task(cfg)
+    if comp_id is None or comp_id not in tasks.list_offline_competitions():
+        return False
+    root = Path(cfg.data_root) if cfg.data_root else tasks.default_data_root()
+    if tasks.is_prepared(comp_id, root):
+        return False
+    print(
+        f"preparing the offline competition {comp_id} in {root} (first use there: the split "
+        "and the baselines of its leaderboard, about a minute)",
+        flush=True,
+    )
+    tasks.prepare(comp_id, root)
+    return True
+
+
 def _check_starting_scripts(cfg: Any, scripts: list[tuple[str, str]]) -> None:
     """The edit format and the SFT warm start start from the task's baseline (or --seed-dir)
     scripts: refuse a run that has none it can use, before a model is loaded.
@@ -385,6 +413,7 @@ def _main(argv: Sequence[str] | None) -> int:
         _check_inputs(cfg, preset_name)
         resume = False
     if rank == 0:
+        prepare_offline(cfg)
         print(f"run folder: {run_dir}", flush=True)
     if resume:
         _check_engine(cfg)

@@ -37,16 +37,17 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--data-root", type=Path, default=None)
     add_mlebench_dir_flag(parser)
     args = parser.parse_args(argv)
-    if not (args.submission.exists()):
-        raise UsageError(f"submission file not found: {args.submission}")
-    if not (args.submission.is_file()):
-        raise UsageError(f"submission {args.submission} is a folder, not a CSV file")
     tree = mlebench_dir_arg(args.mlebench_dir)
     data_root = data_root_arg(args.data_root, writable=False)  # a file: UsageError naming it
     try:
         comp = load_competition(args.competition, data_root, tree)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    # after the competition, so that a bad id and a bad file at once name the id first
+    if not (args.submission.exists()):
+        raise UsageError(f"submission file not found: {args.submission}")
+    if not (args.submission.is_file()):
+        raise UsageError(f"submission {args.submission} is a folder, not a CSV file")
     report = grade_submission(comp, args.submission)  # GradingSetupError: exit 1, one line
     out = {"competition": comp.id, "submission": str(args.submission), **report.to_dict()}
     try:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import fixtures_llm
 import pytest
 
+import rpg_llm.run as run_mod
 from rpg_llm.run import main
 from testkit.tiny_run import run_module, tiny_run_args
 
@@ -453,3 +455,24 @@ def test_prompt_budget_below_the_edit_prompts_floor_exits_2(tmp_path, capsys):
     err = _one_line_error(capsys)
     assert "--max-prompt-tokens 256 is too small for the edit prompt of task nanogpt-cpu" in err
     assert not out.exists()
+
+
+def test_an_unprepared_offline_task_is_built_with_a_message_first(tmp_path, capsys, monkeypatch):
+    """The first run of an offline competition under a data root says it is preparing it
+    (about a minute), then prepares it there; a prepared one and a NanoGPT task are left
+    alone."""
+    from rpg_llm.env import tasks
+    from rpg_llm.presets import get_preset
+
+    built = []
+    monkeypatch.setattr(tasks, "prepare", lambda comp_id, root: built.append((comp_id, root)))
+    cfg = replace(get_preset("cpu-default").config, task="churn-auc", data_root=str(tmp_path))
+    assert run_mod.prepare_offline(cfg) is True
+    assert built == [("churn-auc", tmp_path)]
+    out = capsys.readouterr().out
+    assert "preparing the offline competition churn-auc" in out and str(tmp_path) in out
+    for side in ("public", "private"):
+        (tmp_path / "churn-auc" / "prepared" / side).mkdir(parents=True)
+    assert run_mod.prepare_offline(cfg) is False
+    assert run_mod.prepare_offline(replace(cfg, task="nanogpt-cpu")) is False
+    assert len(built) == 1 and capsys.readouterr().out == ""

@@ -69,13 +69,19 @@ def test_grade_cli_missing_competition_or_file_exits_2_with_one_line(tmp_path, c
     sub = tmp_path / "s.csv"
     sub.write_text("id,y\n1,0\n")
     root = ["--data-root", str(tmp_path)]
-    for args in (["no-such-comp", str(sub)], ["toy-mae", str(tmp_path / "missing.csv")]):
+    missing = str(tmp_path / "missing.csv")
+    cases = (
+        (["no-such-comp", str(sub)], "no-such-comp"),
+        (["toy-mae", missing], "missing.csv"),
+        (["no-such-comp", missing], "no-such-comp"),  # both bad: the competition is named
+    )
+    for args, named in cases:
         assert grade_cli.main([*args, *root]) == 2
         captured = capsys.readouterr()
         assert captured.out == ""
         lines = captured.err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("python -m rpg_llm.env.grade: error:")
-        assert "no-such-comp" in lines[0] or "missing.csv" in lines[0]
+        assert named in lines[0]
     # the module entry point behaves the same (one process, data root from the environment)
     env = dict(os.environ, RPG_DATA_ROOT=str(tmp_path), PYTHONPATH=str(REPO))
     env.pop("RPG_MLEBENCH_DIR", None)

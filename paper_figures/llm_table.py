@@ -1,6 +1,6 @@
 """The paper's MLE-Bench table in miniature: RPG vs vanilla on offline competitions.
 
-``python -m paper_figures.llm_table [--quick] [--out DIR] [--tasks A,B,C] [--seeds 0,1,2] ...``
+``python -m paper_figures.llm_table [--quick] [--out DIR] [--tasks A,B,C] [--seeds 0,1] ...``
 
 What it does, in order:
 
@@ -25,7 +25,7 @@ What it does, in order:
    ``figures/<task>/steps.{png,pdf}``; :func:`step_means`), and per task and arm what the
    answers did to their parents: declared-switch changes (``MODEL``), dead edits, better
    children, time ratios (``llm_table_edits.csv`` and a section of ``llm_table.md``;
-   :func:`edit_rows`). With ``--probe N`` every finished
+   :func:`edit_rows`). With ``--probe N`` (default 4; 0 with ``--quick``) every finished
    run is probed (:mod:`rpg_llm.probe`: the trained and the SFT-only policy answer the same
    fixed parents) and ``llm_table_probe.{csv,png,pdf}`` show trained minus SFT per task and arm.
 
@@ -36,19 +36,19 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
   invalid sample. Every column is therefore higher-is-better.
 * chain, best score so far, value of a chain at a budget: :mod:`rpg_llm.loop.budget` (one chain per
   batch row, cumulative *measured* execution seconds, step-0 seed samples excluded).
-* the budget ``B`` the table is read at: the runs' **execution budget** ``--exec-budget``
-  (default 30 s per chain). Every run (``rpg_llm.run --exec-budget B``) stops before the first
-  step at which each of its chains has used ``B`` seconds of measured execution (``--steps`` is a
-  cap), so both arms get the same execution budget, as the paper's budget curves compare them
-  (RPG's cheaper scripts then buy it more steps). A chain with no sample finished within ``B``
-  has no value and is left out of its run's mean (``llm_table.md`` counts them).
-  With ``--exec-budget none`` both arms take ``--steps`` steps and ``B`` is the **common final
-  budget** ``max(min T_run, max t_first)``: the smallest final budget ``T_run`` (the largest
-  total execution time of a run's chains) over the task's finished runs, raised when needed to
-  the largest time ``t_first`` any chain took for its first sample; chains that ended before
-  ``B`` keep their last value (as on the budget curves). That was the table's rule until the
-  measured full table showed its flaw: after equal steps RPG's chains had used 2-4 s against
-  vanilla's 8-63 s, and ``B`` read RPG long after its end.
+* the budget ``B`` the table is read at: the runs' **execution budget** ``--exec-budget`` (default
+  30 CPU-seconds per chain with ``--time cpu``; 10 with ``--quick``). Every run (``rpg_llm.run
+  --exec-budget B``) stops before the first step at which each of its chains has used ``B``
+  seconds of measured execution (``--steps`` is a cap), so both arms get the same execution
+  budget, as the paper's budget curves compare them (RPG's cheaper scripts then buy it more
+  steps). A chain with no sample finished within ``B`` has no value and is left out of its run's
+  mean (``llm_table.md`` counts them). With ``--exec-budget none`` both arms take ``--steps``
+  steps and ``B`` is the **common final budget** ``max(min T_run, max t_first)``: the smallest
+  final budget ``T_run`` (the largest total execution time of a run's chains) over the task's
+  finished runs, raised when needed to the largest time ``t_first`` any chain took for its first
+  sample; chains that ended before ``B`` keep their last value (as on the budget curves). That was
+  the table's rule until the measured full table showed its flaw: after equal steps RPG's chains
+  had used 2-4 s against vanilla's 8-63 s, and ``B`` read RPG long after its end.
 * a run's value: the mean across its chains of the best score within ``B``
   (``rpg_llm.loop.budget.curve(chains, [B])``).
 * table cell: mean +- standard error (sample s.d. with ddof 1, over sqrt(n)) of the run values
@@ -992,11 +992,19 @@ PROBE_FIELDS = [
 
 
 def _probe_run(s: TableSettings, spec: RunSpec) -> int:
-    """Probe one finished run unless ``probe/probe.json`` exists; returns the exit status."""
-    if (spec.run_dir / "probe" / "probe.json").exists():
-        return 0
+    """Probe one finished run unless its ``probe/probe.json`` holds a probe with the table's
+    answers per parent (another count is probed again); returns the exit status."""
+    done = spec.run_dir / "probe" / "probe.json"
+    if done.exists():
+        try:
+            answers = json.loads(done.read_text()).get("answers_per_parent")
+        except (OSError, ValueError, AttributeError):
+            answers = None
+        if answers == s.probe_answers:
+            return 0
     cmd = [sys.executable, "-m", "rpg_llm.probe", str(spec.run_dir)]
     cmd += ["--answers", str(s.probe_answers), "--parents", str(s.probe_parents)]
+    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(spec.log_path, "a") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
         log.flush()
@@ -1179,7 +1187,7 @@ def _markdown_document(
         f"{s.timeout_s or 'preset'}; action {s.action or 'run default'}; sft steps "
         f"{s.sft_steps if s.sft_steps is not None else 'run default'}; sft seed "
         f"{s.sft_seed if s.sft_seed is not None else 'the run seed'}; execution budget "
-        f"{_budget_text(s)}; seeds "
+        f"{_budget_text(s, time_measure)}; seeds "
         f"{', '.join(map(str, s.seeds))}; extra run flags {' '.join(s.run_args) or 'none'}"
     )
     if s.exec_budget_s is not None:
@@ -1214,7 +1222,7 @@ def _markdown_document(
         + "\nChains that ended before B (their run hit the step cap first; read at their end): "
         + f"{ended}.\n"
         + (f"\nSeeding: {seeding}\n" if seeding else "")
-        + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
+        + f"\n{protocol_text(s, time_measure)}\n\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
     )
 
 
@@ -1241,15 +1249,17 @@ def protocol_text(s: TableSettings, time_measure: str) -> str:
     return (
         f"Protocol: tasks {', '.join(s.tasks)}; run seeds {', '.join(map(str, s.seeds))}; arms "
         f"{', '.join(s.arms)}; {s.batch_size} chains per run; execution budget "
-        f"{_budget_text(s)}; time measure: {TIME_MEASURE_WHY.get(time_measure, time_measure)}; "
+        f"{_budget_text(s, time_measure)}; time measure: "
+        f"{TIME_MEASURE_WHY.get(time_measure, time_measure)}; "
         f"probe: {probe}."
     )
 
 
-def _budget_text(s: TableSettings) -> str:
+def _budget_text(s: TableSettings, time_measure: str = "wall") -> str:
     if s.exec_budget_s is None:
-        return "none (same steps; read at the common final budget)"
-    return f"{s.exec_budget_s:g} s per chain, steps <= {s.steps}"
+        return f"none ({s.steps} steps for every run; read at the common final budget)"
+    unit = "CPU-s" if time_measure == "cpu" else "s"
+    return f"{s.exec_budget_s:g} {unit} per chain, steps <= {s.steps}"
 
 
 # ----------------------------------------------------------------------------------------- CLI
@@ -1279,6 +1289,7 @@ def _exec_budget(text: str | None, default: float | None) -> float | None:
 
 def _settings_from_args(args) -> TableSettings:
     base = QUICK if args.quick else FULL
+    # the fields below taken from args alone are not set by FULL or QUICK (their defaults)
     s = replace(
         base,
         tasks=tuple(t for t in args.tasks.split(",") if t) if args.tasks else base.tasks,
@@ -1323,7 +1334,10 @@ def _settings_from_args(args) -> TableSettings:
 def _parser() -> ArgumentParser:
     p = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument(
-        "--quick", action="store_true", help="smoke table: 1 task x 2 seeds x 2 arms at B = 2"
+        "--quick",
+        action="store_true",
+        help="smoke table: diamonds-price-rmse x seeds 0,1 x rpg,vanilla; 2 chains, 10 CPU-s per "
+        "chain, <= 5 steps, no probe",
     )
     p.add_argument(
         "--out",
@@ -1361,8 +1375,9 @@ def _parser() -> ArgumentParser:
     p.add_argument(
         "--run-args",
         default=None,
-        help="extra rpg_llm.run flags, one quoted string; write --run-args='--x=1' when the "
-        "string starts with a dash and has no space",
+        help="extra rpg_llm.run flags, one quoted string, after the protocol's --time cpu "
+        "(so '--time wall' wins); write --run-args='--x=1' when the string starts with a dash "
+        "and has no space",
     )
     p.add_argument(
         "--arms",
@@ -1461,7 +1476,8 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
         if short and s.exec_budget_s is not None:
             print(
                 f"warning: {short} chains ended at the step cap ({s.steps}) before using the "
-                f"{s.exec_budget_s:g} s budget; they are read at their end (llm_table.md)"
+                f"{_budget_text(s, cfgs[specs[0]].reward.time_measure).split(',')[0]} budget; "
+                "they are read at their end (llm_table.md)"
             )
     for w in written:
         print(f"wrote {w}")

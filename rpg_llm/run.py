@@ -268,7 +268,8 @@ def _check_task(cfg: Any) -> str | None:
 def prepare_offline(cfg: Any) -> bool:
     """Build ``cfg.task``'s offline competition folder when this machine has none yet, saying so
     first: it takes about a minute (the split, and the baseline ladder of its leaderboard), and
-    the run would otherwise pause silently after printing its folder.
+    the run would otherwise pause silently after printing its folder. A folder of an older
+    format or baseline ladder is rebuilt the same way (:func:`rpg_llm.env.tasks.is_current`).
 
     Returns:
         Whether a competition was built (False: not an offline competition, or already there).
@@ -282,7 +283,7 @@ def prepare_offline(cfg: Any) -> bool:
     if comp_id is None or comp_id not in tasks.list_offline_competitions():
         return False
     root = Path(cfg.data_root) if cfg.data_root else tasks.default_data_root()
-    if tasks.is_prepared(comp_id, root):
+    if tasks.is_current(comp_id, root):
         return False
     print(
         f"preparing the offline competition {comp_id} in {root} (first use there: the split "
@@ -413,7 +414,6 @@ def _main(argv: Sequence[str] | None) -> int:
         _check_inputs(cfg, preset_name)
         resume = False
     if rank == 0:
-        prepare_offline(cfg)
         print(f"run folder: {run_dir}", flush=True)
     if resume:
         _check_engine(cfg)
@@ -424,6 +424,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 f"(give --steps above {cfg.steps} to extend it)"
             )
         return 0
+    if rank == 0:
+        prepare_offline(cfg)
     t0 = time.perf_counter()
     from transformers.utils import logging as hf_logging
 

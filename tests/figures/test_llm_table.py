@@ -6,7 +6,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shlex
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import fixtures_llm
@@ -780,8 +782,8 @@ def test_probe_rows_and_figure_from_hand_made_probes(tmp_path):
 
 
 def test_the_full_protocol_has_six_tasks_three_with_a_family_switch():
-    """FULL: >= 6 offline tasks, >= 3 of whose baselines declare a ``MODEL`` family switch,
-    4 chains, CPU-second budget; QUICK: one frontier task; neither shares seeds with tuning."""
+    """FULL: >= 6 offline tasks, >= 3 of whose baselines declare a ``MODEL`` family switch;
+    QUICK's task is one of those."""
     from rpg_llm.env.actions import declared_switches
     from rpg_llm.env.tasks import baseline_solutions, list_offline_competitions
 
@@ -792,9 +794,6 @@ def test_the_full_protocol_has_six_tasks_three_with_a_family_switch():
         if any("MODEL" in declared_switches(code) for _, code in baseline_solutions(t))
     ]
     assert len(switch) >= 3 and set(lt.QUICK.tasks) <= set(switch)
-    assert lt.FULL.batch_size >= 4 and lt.FULL.probe_answers > 0
-    for s in (lt.FULL, lt.QUICK):
-        assert s.run_args[-2:] == ("--time", "cpu") and s.exec_budget_s is not None
 
 
 def test_run_args_add_to_the_protocols_and_the_protocol_is_printed(
@@ -812,10 +811,49 @@ def test_run_args_add_to_the_protocols_and_the_protocol_is_printed(
     assert lt._config_for(s, spec).reward.time_measure == "wall"
     text = lt.protocol_text(base, "cpu")
     assert "tasks churn-auc" in text and "run seeds 0, 1" in text and "CPU seconds" in text
-    quick = lt._settings_from_args(lt._parser().parse_args(["--quick"]))
-    assert (quick.tasks, quick.probe_answers) == (lt.QUICK.tasks, 0)
-    full = lt._settings_from_args(lt._parser().parse_args([]))
-    assert full == lt.FULL
+    assert "steps" in lt.protocol_text(base, "cpu")  # --exec-budget none: the step count
+    assert lt._settings_from_args(lt._parser().parse_args(["--quick"])) == lt.QUICK
+    assert lt._settings_from_args(lt._parser().parse_args([])) == lt.FULL
+
+
+def test_quick_writes_to_its_own_default_out(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert lt.main(["--quick", "--table-only"]) == 2
+    assert str(Path("out") / "llm_table_quick") in _one_line(capsys)
+
+
+def _recorded_settings(command: str):
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "paper_figures.llm_table"]
+    return lt._settings_from_args(lt._parser().parse_args(argv[3:]))
+
+
+@pytest.mark.parametrize("record", ["llm_table_tuning.json", "llm_table_lambda.json"])
+def test_the_tuning_records_commands_run_what_they_say(record, tmp_path):
+    """Each recorded command, parsed by today's llm_table, runs the recorded task on the
+    recorded held-out seeds (none of the table's), at the recorded setting; the fixed-lambda
+    record's choice is the best candidate by its criterion recomputed from the seed values."""
+    rec = json.loads((Path(lt.__file__).parent / record).read_text())
+    assert not set(rec["seeds"]) & (set(lt.FULL.seeds) | set(lt.QUICK.seeds))
+    for cmd in rec["commands"]:
+        s = _recorded_settings(cmd)
+        assert s.tasks == (rec["task"],) and s.seeds == tuple(rec["seeds"])
+        cfg = lt._config_for(s, lt.RunSpec(rec["task"], "rpg", rec["seeds"][0], tmp_path))
+        if record == "llm_table_tuning.json":
+            assert (s.batch_size, s.exec_budget_s, s.steps) == (2, 12.0, 10)
+            assert cfg.reward.time_measure == "wall" and s.probe_answers == 0
+        else:
+            assert s == replace(lt.QUICK, **{
+                "seeds": s.seeds, "arms": ("rpg", "fixed-lambda"), "fixed_lambda": s.fixed_lambda
+            })  # fmt: skip
+            assert f"{s.fixed_lambda:g}" in {f"{float(k):g}" for k in rec["candidates"]}
+    if record == "llm_table_lambda.json":
+        means = {k: sum(c["seed_values"]) / 2 for k, c in rec["candidates"].items()}
+        for k, c in rec["candidates"].items():
+            assert c["fixed_lambda"] == pytest.approx(means[k], abs=5e-4)
+        best = max(means.values())
+        chosen = f"{rec['chosen']['fixed_lambda']:g}"
+        assert means[next(k for k in means if f"{float(k):g}" == chosen)] == best
 
 
 def test_probe_flags_are_checked(tmp_path, capsys, tiny_model_dir):
@@ -854,3 +892,18 @@ def test_probe_runs_after_the_finished_runs_and_feeds_the_table(
         rows = list(csv.DictReader(fh))
     assert len(rows) == 8 and {r["mean_time_s"] for r in rows} == {"2", "1"}
     assert (out / "llm_table_probe.png").exists()
+
+
+def test_a_stored_probe_is_reused_only_at_the_tables_answer_count(tmp_path, monkeypatch):
+    spec = lt.RunSpec("churn-auc", "rpg", 0, tmp_path)
+    (spec.run_dir / "probe").mkdir(parents=True)
+    (spec.run_dir / "probe" / "probe.json").write_text(json.dumps({"answers_per_parent": 2}))
+    calls = []
+
+    class Done:
+        returncode = 0
+
+    monkeypatch.setattr(lt.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or Done())
+    assert lt._probe_run(replace(lt.FULL, probe_answers=2), spec) == 0 and calls == []
+    assert lt._probe_run(replace(lt.FULL, probe_answers=4), spec) == 0
+    assert len(calls) == 1 and calls[0][calls[0].index("--answers") + 1] == "4"

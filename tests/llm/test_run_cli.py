@@ -459,9 +459,12 @@ def test_prompt_budget_below_the_edit_prompts_floor_exits_2(tmp_path, capsys):
 
 def test_an_unprepared_offline_task_is_built_with_a_message_first(tmp_path, capsys, monkeypatch):
     """The first run of an offline competition under a data root says it is preparing it
-    (about a minute), then prepares it there; a prepared one and a NanoGPT task are left
-    alone."""
+    (about a minute), then prepares it there; a folder of an older format is rebuilt the same
+    way (``prepared/`` alone is not enough); a current one and a NanoGPT task are left alone."""
+    import yaml
+
     from rpg_llm.env import tasks
+    from rpg_llm.env.tasks import offline
     from rpg_llm.presets import get_preset
 
     built = []
@@ -471,8 +474,19 @@ def test_an_unprepared_offline_task_is_built_with_a_message_first(tmp_path, caps
     assert built == [("churn-auc", tmp_path)]
     out = capsys.readouterr().out
     assert "preparing the offline competition churn-auc" in out and str(tmp_path) in out
+    folder = tmp_path / "churn-auc"
     for side in ("public", "private"):
-        (tmp_path / "churn-auc" / "prepared" / side).mkdir(parents=True)
+        (folder / "prepared" / side).mkdir(parents=True)
+    rpg = {"format_version": offline.FORMAT_VERSION - 1, "seed": 0}
+    rpg["ladder_sha256"] = offline.ladder_hash(offline.SPECS["churn-auc"])
+    (folder / "leaderboard.csv").write_text("teamName,score\n")
+    (folder / "config.yaml").write_text(yaml.safe_dump({"id": "churn-auc", "rpg": rpg}))
+    assert tasks.is_prepared("churn-auc", tmp_path) and not tasks.is_current("churn-auc", tmp_path)
+    assert run_mod.prepare_offline(cfg) is True and len(built) == 2  # older format: rebuilt
+    capsys.readouterr()
+    rpg["format_version"] = offline.FORMAT_VERSION
+    (folder / "config.yaml").write_text(yaml.safe_dump({"id": "churn-auc", "rpg": rpg}))
+    assert tasks.is_current("churn-auc", tmp_path)
     assert run_mod.prepare_offline(cfg) is False
     assert run_mod.prepare_offline(replace(cfg, task="nanogpt-cpu")) is False
-    assert len(built) == 1 and capsys.readouterr().out == ""
+    assert len(built) == 2 and capsys.readouterr().out == ""

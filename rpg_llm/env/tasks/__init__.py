@@ -3,7 +3,8 @@
 See DESIGN.md section 7. Public API::
 
     Competition, default_data_root, default_mlebench_dir, load_competition,
-    list_offline_competitions, list_tree_competitions, is_prepared, mlebench_status, prepare,
+    list_offline_competitions, list_tree_competitions, is_prepared, is_current,
+    mlebench_status, prepare,
     GradeReport, GradingSetupError, grade_submission, load_grader, raw_reward, INVALID_REWARD,
     SCORE_DECIMALS, baseline_solutions, seed_scripts, DEFAULT_TEXT_TASK, TASK_ALIASES
 """
@@ -34,6 +35,7 @@ from rpg_llm.env.tasks.grading import (
 from rpg_llm.env.tasks.metrics import InvalidSubmissionError
 from rpg_llm.env.tasks.offline import (
     baseline_solutions,
+    is_current,
     list_offline_competitions,
     prepare,
     split_hash,
@@ -53,6 +55,7 @@ __all__ = [
     "default_data_root",
     "default_mlebench_dir",
     "grade_submission",
+    "is_current",
     "is_prepared",
     "leaderboard_percentile",
     "list_offline_competitions",

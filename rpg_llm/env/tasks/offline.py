@@ -837,6 +837,19 @@ def sync_grader(comp_id: str, root: Path) -> bool:
     return True
 
 
+def is_current(name: str, data_root: Path | None = None, *, seed: int = 0) -> bool:
+    """Whether :func:`prepare` would reuse ``<data_root>/<id>`` as it is (built with ``seed``, the
+    current format and a leaderboard of the current baseline ladder); False means it would build
+    the competition (about a minute).
+
+    Raises:
+        ValueError: unknown name.
+    """
+    spec = _spec(name)
+    data_root = Path(data_root) if data_root is not None else default_data_root()
+    return _is_cached(spec, data_root / spec.id, seed, leaderboard=True)
+
+
 def prepare(
     name: str,
     data_root: Path | None = None,

@@ -162,7 +162,9 @@ TUNING_NOTE = (
     "concrete-strength-mae at 2 chains and 12 wall-seconds per chain): actor learning rate "
     "2e-5 vs 1e-4 by the mean over both arms of the table value; 0.906 vs 0.905, so the "
     "preset's 2e-5 is kept (the difference is far inside one standard error). Commands and "
-    "values: paper_figures/llm_table_tuning.json."
+    "values: paper_figures/llm_table_tuning.json. Fixed-lambda's price of time: 1/3600 per "
+    "CPU-s against 0.01 and 0.1, chosen at the quick setting on the same seeds (0.904 vs "
+    "0.887; paper_figures/llm_table_lambda.json); at the full protocol it is not chosen yet."
 )
 TABLE_FIELDS = [
     "task",
@@ -610,7 +612,14 @@ def _config_for(s: TableSettings, spec: RunSpec):
                 raise UsageError(
                     f"{flag} {value}: this python -m rpg_llm.run has no {flag} flag yet"
                 )
-    ns = parser.parse_args(_settings_argv(s, spec))
+    try:
+        ns = parser.parse_args(_settings_argv(s, spec))
+    except UsageError as err:
+        if not s.run_args:
+            raise
+        raise UsageError(
+            f"--run-args {shlex.join(s.run_args)!r}: python -m rpg_llm.run: {err}"
+        ) from None
     cfg, _ = build_config(ns)
     return cfg
 
@@ -626,6 +635,17 @@ _RESERVED = (
     "--steps",
     "--batch-size",
     "--exec-budget",
+)
+# flags the table has itself: in --run-args they would change runs behind the printed protocol
+_TABLE_FLAGS = (
+    "--preset",
+    "--model",
+    "--max-new-tokens",
+    "--max-prompt-tokens",
+    "--timeout",
+    "--action",
+    "--sft-steps",
+    "--sft-seed",
 )
 
 
@@ -654,7 +674,11 @@ def _check_settings(s: TableSettings) -> None:
             f"--arms {','.join(s.arms)}: give rpg first, then at least one other arm, each once"
         )
     if "fixed-lambda" in s.arms and not (s.fixed_lambda is not None and s.fixed_lambda > 0):
-        raise UsageError(f"--arms fixed-lambda needs --fixed-lambda > 0, got {s.fixed_lambda}")
+        raise UsageError(
+            f"--arms fixed-lambda needs --fixed-lambda > 0, got {s.fixed_lambda} (chosen on "
+            "held-out seeds at the quick setting: 0.000277778 per CPU-s, "
+            "paper_figures/llm_table_lambda.json)"
+        )
     if s.fixed_lambda is not None and "fixed-lambda" not in s.arms:
         raise UsageError(f"--fixed-lambda {s.fixed_lambda:g} applies to --arms fixed-lambda only")
     if len(set(s.tasks)) != len(s.tasks):
@@ -673,6 +697,9 @@ def _check_settings(s: TableSettings) -> None:
     for a in s.run_args:
         if a.split("=")[0] in _RESERVED:
             raise UsageError(f"--run-args may not set {a} (the table sets it)")
+        if a.split("=")[0] in _TABLE_FLAGS:
+            flag = a.split("=")[0]
+            raise UsageError(f"--run-args may not set {flag}: give the table's own {flag}")
     if s.model is not None:
         try:
             resolve_model(s.model)
@@ -1321,11 +1348,10 @@ def _settings_from_args(args) -> TableSettings:
         raise UsageError(f"--max-prompt-tokens must be >= 1, got {args.max_prompt_tokens}")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
-    if s.probe_answers < 0 or args.probe_parents < 1:
-        raise UsageError(
-            f"--probe must be >= 0 and --probe-parents >= 1, got {s.probe_answers}, "
-            f"{args.probe_parents}"
-        )
+    if s.probe_answers < 0:
+        raise UsageError(f"--probe must be >= 0, got {s.probe_answers}")
+    if args.probe_parents < 1:
+        raise UsageError(f"--probe-parents must be >= 1, got {args.probe_parents}")
     if args.points < 2:
         raise UsageError(f"--points must be >= 2, got {args.points}")
     return s
@@ -1354,8 +1380,9 @@ def _parser() -> ArgumentParser:
     p.add_argument(
         "--exec-budget",
         default=None,
-        help="execution budget per chain, seconds: runs stop once every chain has used it and "
-        "the table is read there (default 30, --quick 10); none: same steps for both arms",
+        help="execution budget per chain, seconds of the time measure (CPU-s by default): runs "
+        "stop once every chain has used it or at the step cap, and the table is read there "
+        "(default 30, --quick 10); none: same steps for both arms",
     )
     p.add_argument("--batch-size", type=int, default=None, help="prompts per step")
     p.add_argument("--max-new-tokens", type=int, default=None, help="response cap, tokens")
@@ -1388,7 +1415,9 @@ def _parser() -> ArgumentParser:
         "--fixed-lambda",
         type=float,
         default=None,
-        help="price of time of the fixed-lambda arm, reward per second",
+        help="price of time of the fixed-lambda arm, reward per second of the time measure "
+        "(CPU-s by default); chosen on seeds 900, 901 at the quick setting: 0.000277778 "
+        "(paper_figures/llm_table_lambda.json)",
     )
     p.add_argument("--points", type=int, default=200, help="budget grid of the figures")
     p.add_argument(

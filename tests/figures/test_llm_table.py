@@ -209,8 +209,10 @@ def _cli_base(out: Path, model: Path, *extra: str) -> list[str]:
         "2",
         "--probe",
         "0",
+        "--max-prompt-tokens",
+        "768",
         "--run-args",
-        "--no-seed-buffer --max-prompt-tokens 768 --sandbox subprocess",
+        "--no-seed-buffer --sandbox subprocess",
         *extra,
     ]
 
@@ -356,6 +358,13 @@ def _one_line(capsys) -> str:
         (["--sft-steps", "-1"], ["--sft-steps", "-1"]),
         (["--run-args", "--out elsewhere"], ["--run-args", "--out"]),
         (["--run-args", "--temperature hot"], ["--temperature", "hot"]),
+        (["--run-args", "--nope 1"], ["--run-args", "rpg_llm.run", "--nope"]),
+        (["--run-args", "--preset nanogpt-cpu"], ["--run-args", "table's own --preset"]),
+        (
+            ["--run-args", "--seed-buffer --max-prompt-tokens=900"],
+            ["table's own --max-prompt-tokens"],
+        ),
+        (["--probe-parents", "0"], ["--probe-parents must be >= 1, got 0"]),
         (["--model", "/no/such/model"], ["--model", "/no/such/model"]),
         (["--points", "1"], ["--points", "1"]),
         (["--steps", "two"], ["--steps", "two"]),

@@ -695,10 +695,10 @@ def _check_settings(s: TableSettings) -> None:
     if s.action is not None and s.action not in ACTIONS:
         raise UsageError(f"--action must be one of {', '.join(ACTIONS)}, got {s.action!r}")
     for a in s.run_args:
-        if a.split("=")[0] in _RESERVED:
+        flag = a.split("=")[0]
+        if flag in _RESERVED:
             raise UsageError(f"--run-args may not set {a} (the table sets it)")
-        if a.split("=")[0] in _TABLE_FLAGS:
-            flag = a.split("=")[0]
+        if flag in _TABLE_FLAGS:
             raise UsageError(f"--run-args may not set {flag}: give the table's own {flag}")
     if s.model is not None:
         try:
@@ -1282,11 +1282,14 @@ def protocol_text(s: TableSettings, time_measure: str) -> str:
     )
 
 
+def _seconds_unit(time_measure: str) -> str:
+    return "CPU-s" if time_measure == "cpu" else "s"
+
+
 def _budget_text(s: TableSettings, time_measure: str = "wall") -> str:
     if s.exec_budget_s is None:
         return f"none ({s.steps} steps for every run; read at the common final budget)"
-    unit = "CPU-s" if time_measure == "cpu" else "s"
-    return f"{s.exec_budget_s:g} {unit} per chain, steps <= {s.steps}"
+    return f"{s.exec_budget_s:g} {_seconds_unit(time_measure)} per chain, steps <= {s.steps}"
 
 
 # ----------------------------------------------------------------------------------------- CLI
@@ -1477,7 +1480,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) -> int:
     states = {p: run_state(p, cfgs[p]) for p in specs}
-    print(protocol_text(s, cfgs[specs[0]].reward.time_measure), flush=True)
+    measure = cfgs[specs[0]].reward.time_measure
+    print(protocol_text(s, measure), flush=True)
     print(TUNING_NOTE, flush=True)
     failed = []
     for i, p in enumerate(specs, 1):
@@ -1505,8 +1509,8 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
         if short and s.exec_budget_s is not None:
             print(
                 f"warning: {short} chains ended at the step cap ({s.steps}) before using the "
-                f"{_budget_text(s, cfgs[specs[0]].reward.time_measure).split(',')[0]} budget; "
-                "they are read at their end (llm_table.md)"
+                f"{s.exec_budget_s:g} {_seconds_unit(measure)} per chain budget; they are read "
+                "at their end (llm_table.md)"
             )
     for w in written:
         print(f"wrote {w}")

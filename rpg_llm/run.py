@@ -274,13 +274,15 @@ def prepare_offline(cfg: Any) -> bool:
     Returns:
         Whether a competition was built (False: not an offline competition, or already there).
 
+    ``cfg.task`` has passed :func:`_check_task` already (a NanoGPT or MLE-Bench id is left alone).
+
     Raises:
-        ValueError: an unknown task (:func:`_check_task`).
+        ValueError: a bad competition name.
     """
     from rpg_llm.env import tasks
 
-    comp_id = _check_task(cfg)
-    if comp_id is None or comp_id not in tasks.list_offline_competitions():
+    comp_id = tasks.resolve_id(cfg.task)
+    if comp_id not in tasks.list_offline_competitions():
         return False
     root = Path(cfg.data_root) if cfg.data_root else tasks.default_data_root()
     if tasks.is_current(comp_id, root):

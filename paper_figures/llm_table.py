@@ -9,12 +9,13 @@ What it does, in order:
 2. For every task x arm (``--arms``, default ``rpg,vanilla``) x run seed, one run folder
    ``<out>/runs/<task>/<arm>-seed<k>`` made by ``python -m rpg_llm.run`` in a subprocess (so a
    crash of one run does not end the table; its output goes to ``<out>/logs/...``). All arms get
-   the same preset, model, step cap, execution budget, batch, response cap, timeout and action
-   format: only the arm's flags differ (:data:`ARMS`: ``rpg``, ``vanilla``, ``fixed-lambda``
-   with ``--fixed-lambda L``, and the ablation's ``rpg-raw-parents`` and
-   ``vanilla-rate-parents``). A finished run (its ``metrics.jsonl`` reaches the run's
-   ``steps``, or its chains have used the execution budget) is skipped; a killed or crashed one
-   is continued with ``python -m rpg_llm.run --resume``.
+   the same preset, model, training engine (``--engine``: ``ppo``, this project's PPO, or
+   ``trl``, TRL's GRPOTrainer; named in the protocol and in an ``engine`` column), step cap,
+   execution budget, batch, response cap, timeout and action format: only the arm's flags
+   differ (:data:`ARMS`: ``rpg``, ``vanilla``, ``fixed-lambda`` with ``--fixed-lambda L``, and
+   the ablation's ``rpg-raw-parents`` and ``vanilla-rate-parents``). A finished run (its
+   ``metrics.jsonl`` reaches the run's ``steps``, or its chains have used the execution budget)
+   is skipped; a killed or crashed one is continued with ``python -m rpg_llm.run --resume``.
 3. Writes the table (``llm_table.csv``, ``llm_table.md``: each arm's mean +- s.e. and the %
    improvement of RPG over each other arm; with all four ablation arms, the 2 x 2 table of
    parent ranking x training reward and its main effects, :func:`ablation_effects`), the
@@ -46,9 +47,10 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
   steps and ``B`` is the **common final budget** ``max(min T_run, max t_first)``: the smallest
   final budget ``T_run`` (the largest total execution time of a run's chains) over the task's
   finished runs, raised when needed to the largest time ``t_first`` any chain took for its first
-  sample; chains that ended before ``B`` keep their last value (as on the budget curves). That was
-  the table's rule until the measured full table showed its flaw: after equal steps RPG's chains
-  had used 2-4 s against vanilla's 8-63 s, and ``B`` read RPG long after its end.
+  sample; chains that ended before ``B`` keep their last value (as on the budget curves). When
+  one arm's scripts are much cheaper this reads it long after its end (after equal steps, RPG's
+  chains had used 2-4 s against vanilla's 8-63 s in a measured table), hence the execution
+  budget.
 * a run's value: the mean across its chains of the best score within ``B``
   (``rpg_llm.loop.budget.curve(chains, [B])``).
 * table cell: mean +- standard error (sample s.d. with ddof 1, over sqrt(n)) of the run values
@@ -177,17 +179,21 @@ TABLE_FIELDS = [
     "vanilla_mean",
     "vanilla_se",
     "pct_improvement",
+    "engine",
 ]
 RUN_FIELDS = [
     "task",
     "method",
     "seed",
+    "engine",
     "run_dir",
     "final_budget_s",
     "value",
     "n_chains",
     "n_ended_before_b",
 ]
+ENGINES = ("ppo", "trl")
+"""Training engines of ``rpg_llm.run --engine``: this project's PPO, or TRL's GRPOTrainer."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,8 @@ class TableSettings:
 
     ``arms``: names from :data:`ARMS` (``rpg`` first; default: rpg and vanilla);
     ``fixed_lambda``: the fixed-lambda arm's price of time, reward per second (needed with it).
+    ``engine``: ``ppo`` (this project's PPO) or ``trl`` (TRL's GRPOTrainer), forwarded to
+    every run as ``--engine``.
     ``probe_answers``: > 0 probes every finished run (``python -m rpg_llm.probe`` with that many
     answers for each of ``probe_parents`` fixed parents); 0: no probe.
 
@@ -222,6 +230,7 @@ class TableSettings:
     fixed_lambda: float | None = None
     probe_answers: int = 0
     probe_parents: int = 4
+    engine: str = "ppo"
 
 
 FULL = TableSettings(
@@ -384,6 +393,11 @@ class TaskRow:
         }
         self.pct = self.pcts.get("vanilla", math.nan)
 
+    @property
+    def engine(self) -> str:
+        """The training engine(s) of the row's runs (their ``engine`` entries), comma-joined."""
+        return ",".join(sorted({str(r["engine"]) for r in self.runs if r.get("engine")}))
+
     def as_dict(self) -> dict[str, object]:
         d: dict[str, object] = {
             "task": self.task,
@@ -396,6 +410,7 @@ class TaskRow:
         for m, p in self.pcts.items():
             if m != "vanilla":
                 d[f"pct_over_{m}"] = _g(p)
+        d["engine"] = self.engine
         return d
 
 
@@ -405,7 +420,7 @@ def table_fields(arms: Sequence[str]) -> list[str]:
     for m in arms:
         cols += [f"{m}_n", f"{m}_mean", f"{m}_se"]
     cols.append("pct_improvement")
-    return cols + [f"pct_over_{m}" for m in arms if m not in ("rpg", "vanilla")]
+    return cols + [f"pct_over_{m}" for m in arms if m not in ("rpg", "vanilla")] + ["engine"]
 
 
 def ablation_effects(arms: dict[str, tuple[float, float, int]]) -> dict[str, float] | None:
@@ -577,7 +592,8 @@ def arm_flags(arm: str, fixed_lambda: float | None = None) -> list[str]:
 
 
 def _settings_argv(s: TableSettings, spec: RunSpec) -> list[str]:
-    argv = ["--preset", s.preset, "--task", spec.task, *arm_flags(spec.method, s.fixed_lambda)]
+    argv = ["--preset", s.preset, "--engine", s.engine, "--task", spec.task]
+    argv += arm_flags(spec.method, s.fixed_lambda)
     argv += ["--seed", str(spec.seed), "--steps", str(s.steps), "--batch-size", str(s.batch_size)]
     seconds = lambda v: repr(float(v))  # noqa: E731
     optional = (  # forwarded only when set: None leaves the preset's value
@@ -646,6 +662,7 @@ _TABLE_FLAGS = (
     "--action",
     "--sft-steps",
     "--sft-seed",
+    "--engine",
 )
 
 
@@ -1117,8 +1134,8 @@ def write_table(
         label = _raw_reward_label(task, cfgs[finished[0]])
         row = task_row(task, runs, label, s.exec_budget_s, s.arms)
         for r in row.runs:
-            key = (r["method"], r["seed"])
-            r["run_dir"] = str(next(p.run_dir for p in finished if (p.method, p.seed) == key))
+            spec = next(p for p in finished if (p.method, p.seed) == (r["method"], r["seed"]))
+            r["run_dir"], r["engine"] = str(spec.run_dir), cfgs[spec].engine
         rows.append(row)
         run_rows += row.runs
         dirs = [p.run_dir for p in finished]
@@ -1146,7 +1163,8 @@ def write_table(
     md = out / "llm_table.md"
     time_measure = cfgs[specs[0]].reward.time_measure
     seeding = _seeding_text(s.tasks, {bool(cfgs[p].seed_buffer) for p in specs})
-    md.write_text(_markdown_document(s, rows, avg, dropped, time_measure, edits, seeding))
+    g = cfgs[specs[0]].trl.num_generations
+    md.write_text(_markdown_document(s, rows, avg, dropped, time_measure, edits, seeding, g))
     written.append(md)
     return rows, written
 
@@ -1203,9 +1221,11 @@ def _markdown_document(
     time_measure: str = "wall",
     edits: Sequence[dict] = (),
     seeding: str = "",
+    num_generations: int = 2,
 ) -> str:
     settings = (
-        f"preset {s.preset}; model {s.model or 'the preset default'}; steps {s.steps}; batch "
+        f"engine {s.engine}; preset {s.preset}; model {s.model or 'the preset default'}; steps "
+        f"{s.steps}; batch "
         f"{s.batch_size}; max new tokens {s.max_new_tokens or 'preset'}; max prompt tokens "
         f"{s.max_prompt_tokens or 'preset'}; arms {', '.join(s.arms)}"
         + (f" (fixed lambda {s.fixed_lambda:g} per s)" if s.fixed_lambda is not None else "")
@@ -1249,7 +1269,8 @@ def _markdown_document(
         + "\nChains that ended before B (their run hit the step cap first; read at their end): "
         + f"{ended}.\n"
         + (f"\nSeeding: {seeding}\n" if seeding else "")
-        + f"\n{protocol_text(s, time_measure)}\n\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
+        + f"\n{protocol_text(s, time_measure, num_generations)}\n"
+        + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
     )
 
 
@@ -1265,9 +1286,10 @@ def _chain_counts(s: TableSettings, rows: Sequence[TaskRow], count) -> str:
     return "; ".join(parts)
 
 
-def protocol_text(s: TableSettings, time_measure: str) -> str:
+def protocol_text(s: TableSettings, time_measure: str, num_generations: int = 2) -> str:
     """The protocol the table runs, in one paragraph (printed before the first run): tasks, run
-    seeds, arms, chains, execution budget and step cap, time measure and why, probe."""
+    seeds, arms, chains, execution budget and step cap, time measure and why, training engine
+    (``num_generations``: TRL's ``G``), probe."""
     probe = (
         f"{s.probe_answers} answers x {s.probe_parents} parents per run"
         if s.probe_answers
@@ -1278,8 +1300,21 @@ def protocol_text(s: TableSettings, time_measure: str) -> str:
         f"{', '.join(s.arms)}; {s.batch_size} chains per run; execution budget "
         f"{_budget_text(s, time_measure)}; time measure: "
         f"{TIME_MEASURE_WHY.get(time_measure, time_measure)}; "
+        f"training engine: {engine_text(s.engine, s.batch_size, num_generations)}; "
         f"probe: {probe}."
     )
+
+
+def engine_text(engine: str, batch_size: int, num_generations: int = 2) -> str:
+    """What ``engine`` trains, for the protocol: PPO on one answer per parent, or TRL's GRPO on
+    ``batch_size / num_generations`` parents of ``num_generations`` answers each."""
+    if engine == "trl":
+        parents = batch_size // max(num_generations, 1)
+        return (
+            f"trl (TRL's GRPOTrainer: {parents} parents x {num_generations} answers per step, "
+            "group-relative advantages, no critic; rpg_llm.engines.trl)"
+        )
+    return "ppo (PPO with a critic and a KL penalty, one answer per parent; rpg_llm.learner.ppo)"
 
 
 def _seconds_unit(time_measure: str) -> str:
@@ -1342,6 +1377,7 @@ def _settings_from_args(args) -> TableSettings:
         fixed_lambda=args.fixed_lambda,
         probe_answers=base.probe_answers if args.probe is None else args.probe,
         probe_parents=args.probe_parents,
+        engine=args.engine,
     )
     if not s.tasks:
         raise UsageError(f"--tasks {args.tasks!r} names no task")
@@ -1360,13 +1396,29 @@ def _settings_from_args(args) -> TableSettings:
     return s
 
 
+def _csv(values: tuple[int, ...]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def _defaults(name: str) -> str:
+    """``default X, --quick Y`` for a help text, read from :data:`FULL` and :data:`QUICK`."""
+
+    def text(value: object) -> str:
+        if isinstance(value, tuple):
+            return _csv(value)  # type: ignore[arg-type]
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    return f"default {text(getattr(FULL, name))}, --quick {text(getattr(QUICK, name))}"
+
+
 def _parser() -> ArgumentParser:
     p = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument(
         "--quick",
         action="store_true",
-        help="smoke table: diamonds-price-rmse x seeds 0,1 x rpg,vanilla; 2 chains, 10 CPU-s per "
-        "chain, <= 5 steps, no probe",
+        help=f"smoke table: {','.join(QUICK.tasks)} x seeds {_csv(QUICK.seeds)} x "
+        f"{','.join(QUICK.arms)}; {QUICK.batch_size} chains, {QUICK.exec_budget_s:g} CPU-s per "
+        f"chain, <= {QUICK.steps} steps, no probe",
     )
     p.add_argument(
         "--out",
@@ -1374,27 +1426,63 @@ def _parser() -> ArgumentParser:
         help="output folder, runs under OUT/runs (default out/llm_table, "
         "out/llm_table_quick with --quick)",
     )
-    p.add_argument("--tasks", default=None, help="comma-separated offline competition ids")
-    seeds = comma_list(_seed, "run seeds (integers >= 0)")
-    p.add_argument("--seeds", type=seeds, default=None, help="run seeds (table: 0,1)")
     p.add_argument(
-        "--steps", type=int, default=None, help="PPO steps per run (the cap with a budget)"
+        "--tasks",
+        default=None,
+        help=f"comma-separated offline competition ids (default {','.join(FULL.tasks)}; "
+        f"--quick {','.join(QUICK.tasks)})",
+    )
+    seeds = comma_list(_seed, "run seeds (integers >= 0)")
+    p.add_argument("--seeds", type=seeds, default=None, help=f"run seeds ({_defaults('seeds')})")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help=f"PPO steps per run, the cap with a budget ({_defaults('steps')})",
     )
     p.add_argument(
         "--exec-budget",
         default=None,
         help="execution budget per chain, seconds of the time measure (CPU-s by default): runs "
         "stop once every chain has used it or at the step cap, and the table is read there "
-        "(default 30, --quick 10); none: same steps for both arms",
+        f"({_defaults('exec_budget_s')}); none: same steps for both arms",
     )
-    p.add_argument("--batch-size", type=int, default=None, help="prompts per step")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="response cap, tokens")
-    p.add_argument("--max-prompt-tokens", type=int, default=None, help="prompt budget, tokens")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per script")
-    p.add_argument("--preset", default="cpu-default", help="rpg_llm.run preset")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help=f"prompts per step, the chains ({_defaults('batch_size')})",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"response cap, tokens ({_defaults('max_new_tokens')})",
+    )
+    p.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        default=None,
+        help=f"prompt budget, tokens ({_defaults('max_prompt_tokens')})",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=None, help="seconds per script (default: the preset's)"
+    )
+    p.add_argument(
+        "--preset", default="cpu-default", help="rpg_llm.run preset (default %(default)s)"
+    )
     p.add_argument("--model", default=None, help="Hugging Face id or local folder")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="ppo",
+        help="training engine of every run: ppo (this project's PPO with a critic) or trl "
+        "(TRL's GRPOTrainer, G answers per parent; pip install -e '.[trl]') (default %(default)s)",
+    )
     p.add_argument("--action", default=None, help="script | edit (forwarded when given)")
-    p.add_argument("--sft-steps", type=int, default=None, help="SFT warm-start steps (forwarded)")
+    p.add_argument(
+        "--sft-steps", type=int, default=None, help="SFT warm-start steps (default: the preset's)"
+    )
     p.add_argument(
         "--sft-seed",
         type=int,
@@ -1422,16 +1510,23 @@ def _parser() -> ArgumentParser:
         "(CPU-s by default); chosen on seeds 900, 901 at the quick setting: 0.000277778 "
         "(paper_figures/llm_table_lambda.json)",
     )
-    p.add_argument("--points", type=int, default=200, help="budget grid of the figures")
+    p.add_argument(
+        "--points", type=int, default=200, help="budget grid of the figures (default %(default)s)"
+    )
     p.add_argument(
         "--probe",
         type=int,
         default=None,
         metavar="N",
         help="probe every finished run: N answers per fixed parent from the trained and the "
-        "SFT-only policy (python -m rpg_llm.probe); 0: no probe (default 4, --quick 0)",
+        f"SFT-only policy (python -m rpg_llm.probe); 0: no probe ({_defaults('probe_answers')})",
     )
-    p.add_argument("--probe-parents", type=int, default=4, help="fixed parents of the probe")
+    p.add_argument(
+        "--probe-parents",
+        type=int,
+        default=4,
+        help="fixed parents of the probe (default %(default)s)",
+    )
     p.add_argument("--table-only", action="store_true", help="start no run; table from the runs")
     return p
 
@@ -1467,12 +1562,18 @@ def _main(argv: Sequence[str] | None) -> int:
     specs = [RunSpec(t, m, k, out) for t in s.tasks for k in s.seeds for m in s.arms]
     cfgs = {p: _config_for(s, p) for p in specs}  # every value checked before any run starts
     _check_model(cfgs[specs[0]].model)
+    from rpg_llm.run import check_engine
+
+    check_engine(cfgs[specs[0]])  # --engine trl without TRL: a usage error before any run
     _check_prompt_budgets(
         [cfgs[p] for p in specs if p.method == s.arms[0] and p.seed == s.seeds[0]]
     )
-    for p in specs:
-        run_state(p, cfgs[p])  # a folder with other settings: usage error before the lock
+    states = [run_state(p, cfgs[p]) for p in specs]  # other settings: usage error, before the lock
     if args.table_only:
+        if "done" not in states:
+            raise UsageError(
+                f"--out {out}: none of its {len(specs)} runs has finished (--table-only)"
+            )
         return _table(args, s, out, specs, cfgs)
     with _lock(out):
         return _table(args, s, out, specs, cfgs)
@@ -1481,7 +1582,7 @@ def _main(argv: Sequence[str] | None) -> int:
 def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) -> int:
     states = {p: run_state(p, cfgs[p]) for p in specs}
     measure = cfgs[specs[0]].reward.time_measure
-    print(protocol_text(s, measure), flush=True)
+    print(protocol_text(s, measure, cfgs[specs[0]].trl.num_generations), flush=True)
     print(TUNING_NOTE, flush=True)
     failed = []
     for i, p in enumerate(specs, 1):

@@ -12,8 +12,9 @@ to ``<RUN_DIR>/probe/probe.csv`` and the comparison to ``<RUN_DIR>/probe/probe.j
 
 * SFT-only policy: the run's model with its SFT warm-start weights
   (``sft_weights.safetensors``; the base model when the run had no SFT);
-* trained policy: the same, with the run's last PPO checkpoint loaded (:meth:`PPOTrainer.load`:
-  LoRA adapters or full weights). Runs of ``--engine trl`` are not supported yet.
+* trained policy: the same, with the run's last checkpoint loaded: PPO's
+  (:meth:`PPOTrainer.load`: LoRA adapters or full weights), or for ``--engine trl`` TRL's last
+  ``checkpoint-N`` (:func:`rpg_llm.engines.trl.trained_model`).
 
 Source: the issue's "learning you can see" protocol; the loop's prompts, generation and
 execution are the training loop's own (:mod:`rpg_llm.loop.rollout`, :mod:`rpg_llm.loop.execution`).
@@ -121,17 +122,18 @@ def probe(
     seed: int = 0,
     backends: Any = None,
 ) -> list[ProbeSummary]:
-    """Probe a finished (or stopped) PPO run; returns ``[sft summary, trained summary]``.
+    """Probe a finished (or stopped) run; returns ``[sft summary, trained summary]``.
 
     Args:
-        run_dir: a run folder of ``python -m rpg_llm.run`` with at least one checkpoint.
+        run_dir: a run folder of ``python -m rpg_llm.run`` (either engine) with at least one
+            checkpoint.
         answers: ``N`` answers per parent and policy.
         parents: ``K`` fixed parents (:func:`fixed_parents`).
         seed: sampling seed, the same for both policies.
         backends: :class:`rpg_llm.loop.backends.Backends` (default: the run's own).
 
     Raises:
-        ValueError: not a run folder, an ``--engine trl`` run, no checkpoint, too few seeds.
+        ValueError: not a run folder, no checkpoint, too few seeds.
     """
     import torch
     from accelerate import Accelerator
@@ -150,9 +152,12 @@ def probe(
     if not folder.config_path.exists():
         raise ValueError(f"{run_dir}: not a run folder (no config.json)")
     cfg = LoopConfig.from_dict(folder.load_config())
-    if cfg.engine != "ppo":
-        raise ValueError(f"{run_dir}: the probe supports --engine ppo runs, not {cfg.engine}")
-    step = folder.latest_checkpoint()
+    if cfg.engine == "trl":
+        from rpg_llm.engines.trl import trl_done_steps
+
+        step = trl_done_steps(run_dir) or None
+    else:
+        step = folder.latest_checkpoint()
     if step is None:
         raise ValueError(f"{run_dir}: no checkpoint to probe (no finished step)")
     backends = backends or default_backends(cfg)
@@ -185,11 +190,17 @@ def probe(
 
     try:
         sft = answers_of(policy.model)
-        trainer = PPOTrainer(
-            policy.model, cfg.ppo, accelerator=dist.acc, temperature=cfg.sampling.temperature
-        )
-        trainer.load(folder.checkpoint_path(step))
-        trained = answers_of(trainer.policy)
+        if cfg.engine == "trl":
+            from rpg_llm.engines.trl import trained_model
+
+            model, step = trained_model(policy.model, folder.root)
+        else:
+            trainer = PPOTrainer(
+                policy.model, cfg.ppo, accelerator=dist.acc, temperature=cfg.sampling.temperature
+            )
+            trainer.load(folder.checkpoint_path(step))
+            model = trainer.policy
+        trained = answers_of(model)
     finally:
         close = getattr(executor, "shutdown", None) or getattr(executor, "close", None)
         if close is not None:

@@ -31,7 +31,15 @@ from typing import Any
 
 from rpg_core.cli import ArgumentParser, UsageError, out_folder, run_cli
 
-__all__ = ["main", "build_config", "check_device", "check_prompt_budget", "prepare_offline", "PROG"]
+__all__ = [
+    "main",
+    "build_config",
+    "check_device",
+    "check_engine",
+    "check_prompt_budget",
+    "prepare_offline",
+    "PROG",
+]
 
 PROG = "python -m rpg_llm.run"
 
@@ -329,7 +337,7 @@ def given_engine_flags(args: Any) -> list[str]:
     return [names[k] for k in given_flags(args) if k.startswith("trl.")]
 
 
-def _check_engine(cfg: Any, trl_flags: Sequence[str] = ()) -> None:
+def check_engine(cfg: Any, trl_flags: Sequence[str] = ()) -> None:
     """``--engine trl`` needs TRL (and, with ``--use-vllm``, vLLM and a CUDA GPU); the TRL
     flags make no sense with ``--engine ppo``. Checked before any model loads.
 
@@ -412,13 +420,13 @@ def _main(argv: Sequence[str] | None) -> int:
         run_dir = Path(args.out or f"runs/{preset_name}-{cfg.method}-{stamp}")
         if rank == 0 and (run_dir / "config.json").exists():
             raise UsageError(f"--out {run_dir} already holds a run; use --resume {run_dir}")
-        _check_engine(cfg, given_engine_flags(args))
+        check_engine(cfg, given_engine_flags(args))
         _check_inputs(cfg, preset_name)
         resume = False
     if rank == 0:
         print(f"run folder: {run_dir}", flush=True)
     if resume:
-        _check_engine(cfg)
+        check_engine(cfg)
     if resume and _finished(run_dir, cfg.steps, cfg.engine):
         if rank == 0:
             print(

@@ -74,6 +74,7 @@ __all__ = [
     "RPGGRPOTrainer",
     "grpo_config",
     "train_trl",
+    "trained_model",
     "trl_done_steps",
     "completion_text",
     "prompt_text",
@@ -539,6 +540,35 @@ def trl_done_steps(run_dir: str | Path) -> int:
         if p.is_dir() and p.name.split("-", 1)[1].isdigit()
     ]
     return max(steps, default=0)
+
+
+def trained_model(model: Any, run_dir: str | Path) -> tuple[Any, int]:
+    """The policy TRL trained in ``run_dir``: ``model`` (the run's start, its SFT warm-start
+    weights loaded) with TRL's last checkpoint applied, and that checkpoint's global step.
+
+    A LoRA run's checkpoint holds the adapter (``adapter_config.json``), put on ``model`` with
+    peft; a full fine-tuning run's checkpoint holds the whole model, loaded anew (transformers
+    ``from_pretrained``, so tied and sharded weights load as saved) on ``model``'s device and
+    in its dtype.
+
+    Raises:
+        ValueError: ``run_dir`` has no TRL checkpoint, or one with neither an adapter nor
+            model weights (names the folder).
+    """
+    step = trl_done_steps(run_dir)
+    if step == 0:
+        raise ValueError(f"{run_dir}: no TRL checkpoint ({TRL_FOLDER}/checkpoint-N) to load")
+    folder = Path(run_dir) / TRL_FOLDER / f"checkpoint-{step}"
+    if (folder / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, str(folder)), step
+    if not any(folder.glob("model*.safetensors")):
+        raise ValueError(f"{folder}: neither a LoRA adapter nor model weights")
+    from transformers import AutoModelForCausalLM
+
+    full = AutoModelForCausalLM.from_pretrained(str(folder), dtype=model.dtype)
+    return full.to(model.device).eval(), step
 
 
 def train_trl(

@@ -31,10 +31,23 @@ PROG = "python -m rpg_llm.env.grade"
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n\n")[1])
+    parser = ArgumentParser(
+        prog=PROG,
+        description="Grade one submission CSV and print one JSON object: competition, "
+        "submission, score, valid, reason, percentile, medal, lower_is_better, raw_reward.",
+        epilog="Exit status: 0 when the report was printed (valid or not); 2 for a usage error "
+        "(missing submission, unknown or unprepared competition); 1 when the competition "
+        "cannot be graded at all (answers missing, grader not importable).",
+    )
     parser.add_argument("competition", help="competition id or alias ('text')")
     parser.add_argument("submission", type=Path, help="submission CSV")
-    parser.add_argument("--data-root", type=Path, default=None)
+    parser.add_argument(
+        "--data-root",
+        type=Path,
+        default=None,
+        help="offline competitions folder (default env RPG_DATA_ROOT, else "
+        "~/.cache/rpg/competitions)",
+    )
     add_mlebench_dir_flag(parser)
     args = parser.parse_args(argv)
     tree = mlebench_dir_arg(args.mlebench_dir)

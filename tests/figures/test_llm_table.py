@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import shlex
 import sqlite3
 from dataclasses import replace
@@ -411,12 +412,40 @@ def test_an_out_that_is_a_file_or_cannot_be_made_exits_2(tmp_path, capsys, tiny_
 
 
 def test_table_only_on_an_empty_out_is_a_usage_error(tmp_path, capsys, tiny_model_dir):
-    """Found by a new-user try: an --out without finished runs ended in a RuntimeError, exit 1."""
+    """An --out without finished runs: one error line, and no per-run status lines before it."""
     out = tmp_path / "empty"
     assert lt.main([*_cli_base(out, tiny_model_dir), "--table-only"]) == 2
-    err = _one_line(capsys)
-    assert f"--out {out}" in err and "no task has a finished run" in err
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"{lt.PROG}: error: ")
+    assert f"--out {out}" in err and "none of its 4 runs has finished" in err
     assert not (out / "llm_table.csv").exists()
+
+
+def test_the_help_states_the_defaults_the_parser_uses():
+    """Each ``(default X, --quick Y)`` of ``--help`` is what a bare and a ``--quick`` parse give."""
+    parser = lt._parser()
+    helps = {a.option_strings[0]: a.help or "" for a in parser._actions if a.option_strings}
+    bare = lt._settings_from_args(lt._parser().parse_args([]))
+    quick = lt._settings_from_args(lt._parser().parse_args(["--quick"]))
+    fields = {
+        "--tasks": "tasks",
+        "--seeds": "seeds",
+        "--steps": "steps",
+        "--batch-size": "batch_size",
+        "--max-new-tokens": "max_new_tokens",
+        "--max-prompt-tokens": "max_prompt_tokens",
+        "--exec-budget": "exec_budget_s",
+        "--probe": "probe_answers",
+    }
+    for flag, name in fields.items():
+        m = re.search(r"default (\S+?)[;,] --quick ([^;) ]+)", helps[flag])
+        assert m, (flag, helps[flag])
+        for text, settings in ((m[1], bare), (m[2], quick)):
+            value = getattr(settings, name)
+            values = value if isinstance(value, tuple) else (value,)
+            assert text.split(",") == [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
 
 
 def test_a_folder_with_other_settings_is_a_usage_error(tmp_path, capsys, tiny_model_dir):
@@ -544,6 +573,28 @@ def test_tiny_table_end_to_end_then_skips_finished_runs(tmp_path, tiny_model_dir
 
 
 @pytest.mark.slow
+def test_a_tiny_trl_table_runs_and_probes_each_run(tmp_path, tiny_model_dir, capsys):
+    """``--engine trl`` end to end: TRL runs (``trl/checkpoint-1``), each probed with TRL's
+    checkpoint, and the table, its runs and its probe rows from them."""
+    pytest.importorskip("trl")
+    out = tmp_path / "t"
+    argv = _cli_base(out, tiny_model_dir, "--engine", "trl", "--seeds", "0", "--probe", "1")
+    argv[argv.index("--run-args") + 1] = "--sandbox subprocess"  # seeded: the probe's parents
+    argv += ["--probe-parents", "2"]
+    assert lt.main(argv) == 0
+    for m in lt.METHODS:
+        run = out / "runs" / "churn-auc" / f"{m}-seed0"
+        assert json.loads((run / "config.json").read_text())["engine"] == "trl"
+        assert (run / "trl" / "checkpoint-1").is_dir() and not any(run.glob("checkpoints/*"))
+        probe = json.loads((run / "probe" / "probe.json").read_text())
+        assert [p["policy"] for p in probe["policies"]] == ["sft", "trained (step 1)"]
+    with open(out / "llm_table.csv") as fh:
+        assert [r["engine"] for r in csv.DictReader(fh)] == ["trl"]
+    with open(out / "llm_table_probe.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == 4  # 2 runs x (sft, trained)
+
+
+@pytest.mark.slow
 def test_a_killed_run_is_resumed(tmp_path, tiny_model_dir, capsys, monkeypatch):
     out = tmp_path / "t"
     argv = [*_cli_base(out, tiny_model_dir), "--seeds", "0", "--steps", "2"]
@@ -654,9 +705,42 @@ def test_table_of_five_arms_and_the_ablation_by_hand(tmp_path, tiny_model_dir):
     assert "Average improvement over fixed-lambda: +66.7 %" in md
 
 
+def test_the_engine_is_forwarded_named_in_the_protocol_and_in_each_csv(
+    tmp_path, tiny_model_dir, capsys
+):
+    """``--engine trl`` reaches every run's config, the protocol says what that engine trains
+    (GRPO's parents x answers from B and G), and the table's rows and runs name the engine."""
+    out = tmp_path / "t"
+    argv = _cli_base(out, tiny_model_dir, "--engine", "trl")
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    for (m, k), rows in HAND.items():
+        spec = lt.RunSpec("churn-auc", m, k, out)
+        cfg = lt._config_for(s, spec)
+        assert cfg.engine == "trl" and cfg.trl.num_generations == 2
+        _make_run(spec.run_dir, cfg.to_dict(), rows, steps=1)
+    ppo = lt._settings_from_args(lt._parser().parse_args(_cli_base(out, tiny_model_dir)))
+    rpg0 = lt.RunSpec("churn-auc", "rpg", 0, out)
+    assert lt._config_for(ppo, rpg0).engine == "ppo"
+    with pytest.raises(lt.UsageError, match="other settings .*engine"):  # it holds a trl run
+        lt.run_state(rpg0, lt._config_for(ppo, rpg0))
+    assert lt.main([*argv, "--table-only"]) == 0
+    printed = capsys.readouterr().out
+    assert "training engine: trl (TRL's GRPOTrainer: 1 parents x 2 answers per step" in printed
+    with open(out / "llm_table.csv") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert row["engine"] == "trl"
+    with open(out / "llm_table_runs.csv") as fh:
+        assert [r["engine"] for r in csv.DictReader(fh)] == ["trl"] * 4
+    md = (out / "llm_table.md").read_text()
+    assert "Settings: engine trl;" in md and "training engine: trl (" in md
+    assert "training engine: ppo (PPO with a critic" in lt.protocol_text(ppo, "cpu")
+
+
 @pytest.mark.parametrize(
     "extra, needles",
     [
+        (["--run-args", "--engine trl"], ["--run-args may not set --engine", "--engine"]),
+        (["--engine", "vllm"], ["--engine", "'vllm'"]),
         (["--arms", "vanilla,rpg"], ["--arms", "rpg first"]),
         (["--arms", "rpg,greedy"], ["--arms", "'greedy'"]),
         (["--arms", "rpg"], ["--arms", "at least one other"]),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import replace
 
 import fixtures_llm
 import pytest
@@ -108,3 +109,54 @@ def test_probe_cli_usage_errors(tmp_path, capsys):
     assert err.count("\n") == 1 and "not a run folder" in err
     assert probe_mod.main([str(tmp_path), "--answers", "0"]) == 2
     assert "--answers" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_probe_of_a_trl_run_loads_trls_last_checkpoint(
+    lora_rank, tiny_model_dir, tmp_path, monkeypatch
+):
+    """An ``--engine trl`` run is probed with TRL's last checkpoint: its weights (full) or its
+    adapter (LoRA) are what the trained policy runs with. The checkpoint's file is changed by
+    hand first, so that loading it is told apart from keeping the start's weights."""
+    pytest.importorskip("trl")
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    import rpg_llm.learner.policy
+    from rpg_llm.config import TRLConfig
+    from rpg_llm.engines.trl import train_trl, trained_model
+    from rpg_llm.learner.policy import load_policy
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run = tmp_path / "run"
+    ppo = replace(tiny_edit_config(tiny_model_dir).ppo, lora_rank=lora_rank)
+    cfg = tiny_edit_config(
+        tiny_model_dir, engine="trl", batch_size=4, steps=1, seed_buffer=True,
+        trl=TRLConfig(num_generations=2), ppo=ppo,
+    )  # fmt: skip
+    backends = bbc_backends(SEEDS)
+    train_trl(cfg, run, backends=backends, progress=False)
+    ckpt = run / "trl" / "checkpoint-1"
+    name = "adapter_model.safetensors" if lora_rank else "model.safetensors"
+    weights = load_file(str(ckpt / name))
+    key = sorted(k for k in weights if ("lora_B" in k) == bool(lora_rank))[0]
+    weights[key] = weights[key] + 0.25
+    save_file(weights, str(ckpt / name), metadata={"format": "pt"})
+
+    start = load_policy(str(tiny_model_dir), device="cpu").model
+    model, step = trained_model(start, run)
+    assert step == 1
+    params = dict(model.named_parameters())
+    loaded = next(v for k, v in params.items() if k.replace(".default", "") == key)
+    assert torch.equal(loaded.detach(), weights[key])
+
+    def by_model(policy, query_ids, max_new_tokens, **kw):  # the SFT model's answers are bad
+        sft_model = kw.get("model") is None or kw["model"] is policy.model
+        fake = _scripted(lambda prompt: BAD_EDIT if sft_model else _good_edit(prompt))
+        return fake(policy, query_ids, max_new_tokens, **kw)
+
+    monkeypatch.setattr(rpg_llm.learner.policy, "generate", by_model)
+    sft, trained = probe_mod.probe(run, answers=1, parents=2, seed=3, backends=backends)
+    assert (sft.policy, trained.policy) == ("sft", "trained (step 1)")
+    assert (sft.valid_fraction, trained.valid_fraction) == (0.0, 1.0)

@@ -490,3 +490,35 @@ def test_an_unprepared_offline_task_is_built_with_a_message_first(tmp_path, caps
     assert run_mod.prepare_offline(cfg) is False
     assert run_mod.prepare_offline(replace(cfg, task="nanogpt-cpu")) is False
     assert len(built) == 2 and capsys.readouterr().out == ""
+
+
+def test_main_prepares_the_task_before_training_and_not_for_a_finished_resume(
+    tmp_path, monkeypatch, capsys
+):
+    """``main`` builds a missing offline competition before training starts; a ``--resume`` of a
+    run that has finished its steps returns before any preparing."""
+    import rpg_llm.loop as loop
+
+    order: list[str] = []
+
+    def prepare(cfg):
+        order.append(f"prepare {cfg.task} {cfg.data_root}")
+        return True
+
+    def train(cfg, run_dir, **_):
+        order.append(f"train {cfg.task}")
+        raise RuntimeError("stop before loading a model")
+
+    monkeypatch.setattr(run_mod, "prepare_offline", prepare)
+    monkeypatch.setattr(loop, "train", train)
+    data = tmp_path / "data"
+    argv = ["--task", "churn-auc", "--data-root", str(data), "--out", str(tmp_path / "run")]
+    assert main(argv) == 1
+    assert order == [f"prepare churn-auc {data}", "train churn-auc"]
+
+    order.clear()
+    cfg = _config_of(argv)
+    monkeypatch.setattr(run_mod, "_resume_config", lambda args: cfg)
+    monkeypatch.setattr(run_mod, "_finished", lambda run_dir, steps, engine="ppo": True)
+    assert main(["--resume", str(tmp_path / "run")]) == 0
+    assert order == [] and "nothing to run" in capsys.readouterr().out

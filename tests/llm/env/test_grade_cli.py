@@ -56,6 +56,9 @@ def test_grade_cli_prints_json_report(tmp_path, capsys):
     assert out["lower_is_better"] is True
     assert out["medal"] == "bronze"  # n = 5: gold / silver at position 1 (0.1), bronze at 2 (0.2)
     assert out["raw_reward"] == pytest.approx(0.8)
+    assert grade_cli.main(["--help"]) == 0
+    described = " ".join(capsys.readouterr().out.split()).split("print one JSON object: ")[1]
+    assert described.split(". ")[0].split(", ") == list(out)  # the help names the keys, in order
 
     sub.drop(columns="y").to_csv(path, index=False)
     assert grade_cli.main(["toy-mae", str(path), "--data-root", str(tmp_path)]) == 0

@@ -38,7 +38,7 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
 * chain, best score so far, value of a chain at a budget: :mod:`rpg_llm.loop.budget` (one chain per
   batch row, cumulative *measured* execution seconds, step-0 seed samples excluded).
 * the budget ``B`` the table is read at: the runs' **execution budget** ``--exec-budget`` (default
-  30 CPU-seconds per chain with ``--time cpu``; 10 with ``--quick``). Every run (``rpg_llm.run
+  30 CPU-seconds per chain with ``--time cpu``; 6 with ``--quick``). Every run (``rpg_llm.run
   --exec-budget B``) stops before the first step at which each of its chains has used ``B``
   seconds of measured execution (``--steps`` is a cap), so both arms get the same execution
   budget, as the paper's budget curves compare them (RPG's cheaper scripts then buy it more
@@ -68,7 +68,7 @@ flights-delay-auc, fine-foods-auc, whose baselines declare a ``MODEL`` switch) x
 the arms (24 runs with rpg and vanilla), 4 chains, responses capped at 64 tokens, prompts at 512,
 execution budget 30 CPU-seconds per chain (``--time cpu``: :data:`TIME_MEASURE_WHY`), at most 10
 PPO steps, every run probed (4 answers x 4 parents). ``--quick`` is a smoke table:
-diamonds-price-rmse x seeds 0, 1 x both arms at 2 chains, 10 CPU-seconds per chain, at most 5
+diamonds-price-rmse x seeds 0, 1 x both arms at 2 chains, 6 CPU-seconds per chain, at most 5
 steps, no probe, written to ``out/llm_table_quick`` by default. The protocol is printed before the
 first run (:func:`protocol_text`) and with the table. Everything else is the ``cpu-default``
 preset of ``rpg_llm.presets`` (the edit action with an 8-step SFT warm start, LoRA PPO; seeded
@@ -165,7 +165,8 @@ TUNING_NOTE = (
     "2e-5 vs 1e-4 by the mean over both arms of the table value; 0.906 vs 0.905, so the "
     "preset's 2e-5 is kept (the difference is far inside one standard error). Commands and "
     "values: paper_figures/llm_table_tuning.json. Fixed-lambda's price of time: 1/3600 per "
-    "CPU-s against 0.01 and 0.1, chosen at the quick setting on the same seeds (0.904 vs "
+    "CPU-s against 0.01 and 0.1, chosen on diamonds-price-rmse at 2 chains and 10 CPU-s per "
+    "chain on the same seeds (0.904 vs "
     "0.887; paper_figures/llm_table_lambda.json); at the full protocol it is not chosen yet."
 )
 TABLE_FIELDS = [
@@ -259,10 +260,10 @@ QUICK = TableSettings(
     seeds=(0, 1),
     steps=5,
     batch_size=2,
-    exec_budget_s=10.0,
+    exec_budget_s=6.0,
     run_args=("--time", "cpu"),
 )
-"""The smoke table: one frontier task, 2 chains, 10 CPU-seconds per chain, at most 5 steps, run
+"""The smoke table: one frontier task, 2 chains, 6 CPU-seconds per chain, at most 5 steps, run
 seeds 0 and 1, no probe; its own default ``--out`` (its runs differ from the full table's)."""
 TIME_MEASURE_WHY = {
     "cpu": "CPU seconds (user + system of each script and its children): on a shared machine "
@@ -693,7 +694,7 @@ def _check_settings(s: TableSettings) -> None:
     if "fixed-lambda" in s.arms and not (s.fixed_lambda is not None and s.fixed_lambda > 0):
         raise UsageError(
             f"--arms fixed-lambda needs --fixed-lambda > 0, got {s.fixed_lambda} (chosen on "
-            "held-out seeds at the quick setting: 0.000277778 per CPU-s, "
+            "held-out seeds at 2 chains and 10 CPU-s: 0.000277778 per CPU-s, "
             "paper_figures/llm_table_lambda.json)"
         )
     if s.fixed_lambda is not None and "fixed-lambda" not in s.arms:
@@ -1507,7 +1508,7 @@ def _parser() -> ArgumentParser:
         type=float,
         default=None,
         help="price of time of the fixed-lambda arm, reward per second of the time measure "
-        "(CPU-s by default); chosen on seeds 900, 901 at the quick setting: 0.000277778 "
+        "(CPU-s by default); chosen on seeds 900, 901 at 2 chains and 10 CPU-s: 0.000277778 "
         "(paper_figures/llm_table_lambda.json)",
     )
     p.add_argument(

@@ -937,8 +937,10 @@ def test_the_tuning_records_commands_run_what_they_say(record, tmp_path):
             assert cfg.reward.time_measure == "wall" and s.probe_answers == 0
         else:
             assert s == replace(lt.QUICK, **{
-                "seeds": s.seeds, "arms": ("rpg", "fixed-lambda"), "fixed_lambda": s.fixed_lambda
+                "seeds": s.seeds, "arms": ("rpg", "fixed-lambda"), "fixed_lambda": s.fixed_lambda,
+                "exec_budget_s": 10.0,
             })  # fmt: skip
+            assert "execution budget 10 CPU-seconds per chain" in rec["setting"]
             assert f"{s.fixed_lambda:g}" in {f"{float(k):g}" for k in rec["candidates"]}
     if record == "llm_table_lambda.json":
         means = {k: sum(c["seed_values"]) / 2 for k, c in rec["candidates"].items()}

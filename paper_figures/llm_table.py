@@ -619,7 +619,7 @@ def _config_for(s: TableSettings, spec: RunSpec):
     Raises:
         UsageError: a bad value (names the flag), or a flag this rpg_llm.run does not have.
     """
-    from rpg_llm.run import build_config
+    from rpg_llm.run import build_config, check_engine, given_engine_flags
 
     parser = _run_parser()
     for flag, value in (("--action", s.action), ("--sft-steps", s.sft_steps)):
@@ -638,6 +638,10 @@ def _config_for(s: TableSettings, spec: RunSpec):
             f"--run-args {shlex.join(s.run_args)!r}: python -m rpg_llm.run: {err}"
         ) from None
     cfg, _ = build_config(ns)
+    try:  # e.g. --num-generations without --engine trl: refused here, not by every run
+        check_engine(cfg, given_engine_flags(ns), need_packages=False)
+    except UsageError as err:
+        raise UsageError(f"--run-args {shlex.join(s.run_args)!r}: {err}") from None
     return cfg
 
 
@@ -1240,7 +1244,8 @@ def _markdown_document(
     )
     if s.exec_budget_s is not None:
         what = (
-            f"the execution budget B = {s.exec_budget_s:g} s per chain (each run stopped once "
+            f"the execution budget B = {s.exec_budget_s:g} {_seconds_unit(time_measure)} per "
+            "chain (each run stopped once "
             "every chain had used B, or at the step cap); a chain with no sample finished within "
             "B has no value and is left out"
         )
@@ -1287,7 +1292,7 @@ def _chain_counts(s: TableSettings, rows: Sequence[TaskRow], count) -> str:
     return "; ".join(parts)
 
 
-def protocol_text(s: TableSettings, time_measure: str, num_generations: int = 2) -> str:
+def protocol_text(s: TableSettings, time_measure: str, num_generations: int | None = None) -> str:
     """The protocol the table runs, in one paragraph (printed before the first run): tasks, run
     seeds, arms, chains, execution budget and step cap, time measure and why, training engine
     (``num_generations``: TRL's ``G``), probe."""
@@ -1306,14 +1311,22 @@ def protocol_text(s: TableSettings, time_measure: str, num_generations: int = 2)
     )
 
 
-def engine_text(engine: str, batch_size: int, num_generations: int = 2) -> str:
+def engine_text(engine: str, batch_size: int, num_generations: int | None = None) -> str:
     """What ``engine`` trains, for the protocol: PPO on one answer per parent, or TRL's GRPO on
-    ``batch_size / num_generations`` parents of ``num_generations`` answers each."""
+    ``batch_size / num_generations`` parents of ``num_generations`` answers each.
+
+    Raises:
+        ValueError: ``engine`` is ``trl`` and ``num_generations`` is None or does not divide
+            ``batch_size`` (a run would refuse it too).
+    """
     if engine == "trl":
-        parents = batch_size // max(num_generations, 1)
+        g = num_generations
+        if g is None or g < 1 or batch_size % g:
+            raise ValueError(f"num_generations {g} must divide the batch size {batch_size}")
+        parents = batch_size // g
         return (
-            f"trl (TRL's GRPOTrainer: {parents} parents x {num_generations} answers per step, "
-            "group-relative advantages, no critic; rpg_llm.engines.trl)"
+            f"trl (TRL's GRPOTrainer: {parents} parent{'s' if parents > 1 else ''} x {g} answers "
+            "per step, group-relative advantages, no critic; rpg_llm.engines.trl)"
         )
     return "ppo (PPO with a critic and a KL penalty, one answer per parent; rpg_llm.learner.ppo)"
 
@@ -1402,14 +1415,14 @@ def _csv(values: tuple[int, ...]) -> str:
 
 
 def _defaults(name: str) -> str:
-    """``default X, --quick Y`` for a help text, read from :data:`FULL` and :data:`QUICK`."""
+    """``default X; --quick Y`` for a help text, read from :data:`FULL` and :data:`QUICK`."""
 
     def text(value: object) -> str:
         if isinstance(value, tuple):
             return _csv(value)  # type: ignore[arg-type]
         return f"{value:g}" if isinstance(value, float) else str(value)
 
-    return f"default {text(getattr(FULL, name))}, --quick {text(getattr(QUICK, name))}"
+    return f"default {text(getattr(FULL, name))}; --quick {text(getattr(QUICK, name))}"
 
 
 def _parser() -> ArgumentParser:
@@ -1439,7 +1452,7 @@ def _parser() -> ArgumentParser:
         "--steps",
         type=int,
         default=None,
-        help=f"PPO steps per run, the cap with a budget ({_defaults('steps')})",
+        help=f"training steps per run, the cap with a budget ({_defaults('steps')})",
     )
     p.add_argument(
         "--exec-budget",
@@ -1563,17 +1576,23 @@ def _main(argv: Sequence[str] | None) -> int:
     specs = [RunSpec(t, m, k, out) for t in s.tasks for k in s.seeds for m in s.arms]
     cfgs = {p: _config_for(s, p) for p in specs}  # every value checked before any run starts
     _check_model(cfgs[specs[0]].model)
-    from rpg_llm.run import check_engine
+    if not args.table_only:  # reading finished runs needs no engine
+        from rpg_llm.run import check_engine
 
-    check_engine(cfgs[specs[0]])  # --engine trl without TRL: a usage error before any run
+        check_engine(cfgs[specs[0]])  # --engine trl without TRL: a usage error before any run
     _check_prompt_budgets(
         [cfgs[p] for p in specs if p.method == s.arms[0] and p.seed == s.seeds[0]]
     )
     states = [run_state(p, cfgs[p]) for p in specs]  # other settings: usage error, before the lock
     if args.table_only:
-        if "done" not in states:
+        done = {
+            (p.task, p.method) for p, state in zip(specs, states, strict=True) if state == "done"
+        }
+        if not any(all((t, m) in done for m in s.arms) for t in s.tasks):
+            n = sum(state == "done" for state in states)
             raise UsageError(
-                f"--out {out}: none of its {len(specs)} runs has finished (--table-only)"
+                f"--out {out}: no task has a finished run of every arm ({n} of {len(specs)} runs "
+                "finished; --table-only)"
             )
         return _table(args, s, out, specs, cfgs)
     with _lock(out):

@@ -23,6 +23,7 @@ execution are the training loop's own (:mod:`rpg_llm.loop.rollout`, :mod:`rpg_ll
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import sys
@@ -153,6 +154,8 @@ def probe(
         raise ValueError(f"{run_dir}: not a run folder (no config.json)")
     cfg = LoopConfig.from_dict(folder.load_config())
     if cfg.engine == "trl":
+        if importlib.util.find_spec("trl") is None:
+            raise ValueError(f"{run_dir} is an --engine trl run: pip install -e '.[trl]'")
         from rpg_llm.engines.trl import trl_done_steps
 
         step = trl_done_steps(run_dir) or None
@@ -193,7 +196,7 @@ def probe(
         if cfg.engine == "trl":
             from rpg_llm.engines.trl import trained_model
 
-            model, step = trained_model(policy.model, folder.root)
+            model, step = trained_model(policy.model, folder.root)  # LoRA: in place, after SFT
         else:
             trainer = PPOTrainer(
                 policy.model, cfg.ppo, accelerator=dist.acc, temperature=cfg.sampling.temperature
@@ -205,7 +208,9 @@ def probe(
         close = getattr(executor, "shutdown", None) or getattr(executor, "close", None)
         if close is not None:
             close()
-    summaries = [summarise("sft", sft), summarise(f"trained (step {step})", trained)]
+    # TRL's global step (its checkpoint), which after a resume can trail the buffer's steps
+    label = f"trained (TRL step {step})" if cfg.engine == "trl" else f"trained (step {step})"
+    summaries = [summarise("sft", sft), summarise(label, trained)]
     _write(folder.root / PROBE_DIR, rows, [sft, trained], summaries, answers, seed)
     return summaries
 

@@ -36,6 +36,7 @@ __all__ = [
     "build_config",
     "check_device",
     "check_engine",
+    "given_engine_flags",
     "check_prompt_budget",
     "prepare_offline",
     "PROG",
@@ -337,9 +338,10 @@ def given_engine_flags(args: Any) -> list[str]:
     return [names[k] for k in given_flags(args) if k.startswith("trl.")]
 
 
-def check_engine(cfg: Any, trl_flags: Sequence[str] = ()) -> None:
+def check_engine(cfg: Any, trl_flags: Sequence[str] = (), need_packages: bool = True) -> None:
     """``--engine trl`` needs TRL (and, with ``--use-vllm``, vLLM and a CUDA GPU); the TRL
-    flags make no sense with ``--engine ppo``. Checked before any model loads.
+    flags (``trl_flags``, as given) make no sense with ``--engine ppo``. Checked before any model
+    loads; ``need_packages=False`` checks the flags only.
 
     Raises:
         UsageError: naming the flag and what is missing.
@@ -350,6 +352,8 @@ def check_engine(cfg: Any, trl_flags: Sequence[str] = ()) -> None:
         if trl_flags:
             verb = "applies" if len(trl_flags) == 1 else "apply"
             raise UsageError(f"{', '.join(trl_flags)} {verb} to --engine trl only")
+        return
+    if not need_packages:
         return
     if importlib.util.find_spec("trl") is None:
         raise UsageError("--engine trl needs TRL: pip install -e '.[trl]' (trl==1.16.0)")

@@ -547,9 +547,10 @@ def trained_model(model: Any, run_dir: str | Path) -> tuple[Any, int]:
     weights loaded) with TRL's last checkpoint applied, and that checkpoint's global step.
 
     A LoRA run's checkpoint holds the adapter (``adapter_config.json``), put on ``model`` with
-    peft; a full fine-tuning run's checkpoint holds the whole model, loaded anew (transformers
-    ``from_pretrained``, so tied and sharded weights load as saved) on ``model``'s device and
-    in its dtype.
+    peft, **in place**: ``model`` itself then runs the trained policy, so take what is needed
+    of the start first. A full fine-tuning run's checkpoint holds the whole model, loaded anew
+    (transformers ``from_pretrained``, so tied and sharded weights load as saved) on ``model``'s
+    device, in its dtype and with its generation config (pad token, sampling defaults).
 
     Raises:
         ValueError: ``run_dir`` has no TRL checkpoint, or one with neither an adapter nor
@@ -568,6 +569,7 @@ def trained_model(model: Any, run_dir: str | Path) -> tuple[Any, int]:
     from transformers import AutoModelForCausalLM
 
     full = AutoModelForCausalLM.from_pretrained(str(folder), dtype=model.dtype)
+    full.generation_config = model.generation_config
     return full.to(model.device).eval(), step
 
 

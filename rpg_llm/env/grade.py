@@ -36,8 +36,9 @@ def _main(argv: Sequence[str] | None) -> int:
         description="Grade one submission CSV and print one JSON object: competition, "
         "submission, score, valid, reason, percentile, medal, lower_is_better, raw_reward.",
         epilog="Exit status: 0 when the report was printed (valid or not); 2 for a usage error "
-        "(missing submission, unknown or unprepared competition); 1 when the competition "
-        "cannot be graded at all (answers missing, grader not importable).",
+        "(missing submission, unknown or unprepared competition, a --mlebench-dir without "
+        "mlebench/competitions); 1 when the competition cannot be graded at all (answers "
+        "missing, grader not importable).",
     )
     parser.add_argument("competition", help="competition id or alias ('text')")
     parser.add_argument("submission", type=Path, help="submission CSV")

@@ -275,7 +275,7 @@ def test_table_at_the_execution_budget_by_hand(tmp_path, tiny_model_dir):
     # vanilla1 row 0 (2 s)
     assert short == {("rpg", "0"): 1, ("rpg", "1"): 2, ("vanilla", "0"): 1, ("vanilla", "1"): 1}
     md = (out / "llm_table.md").read_text()
-    assert "B = 5 s per chain" in md and "churn-auc vanilla 1 of 4" in md
+    assert "B = 5 CPU-s per chain" in md and "churn-auc vanilla 1 of 4" in md
     assert "step cap first; read at their end): churn-auc rpg 3 of 4" in md
 
 
@@ -419,7 +419,7 @@ def test_table_only_on_an_empty_out_is_a_usage_error(tmp_path, capsys, tiny_mode
     assert captured.out == ""
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"{lt.PROG}: error: ")
-    assert f"--out {out}" in err and "none of its 4 runs has finished" in err
+    assert f"--out {out}" in err and "no task has a finished run of every arm (0 of 4 runs" in err
     assert not (out / "llm_table.csv").exists()
 
 
@@ -587,7 +587,7 @@ def test_a_tiny_trl_table_runs_and_probes_each_run(tmp_path, tiny_model_dir, cap
         assert json.loads((run / "config.json").read_text())["engine"] == "trl"
         assert (run / "trl" / "checkpoint-1").is_dir() and not any(run.glob("checkpoints/*"))
         probe = json.loads((run / "probe" / "probe.json").read_text())
-        assert [p["policy"] for p in probe["policies"]] == ["sft", "trained (step 1)"]
+        assert [p["policy"] for p in probe["policies"]] == ["sft", "trained (TRL step 1)"]
     with open(out / "llm_table.csv") as fh:
         assert [r["engine"] for r in csv.DictReader(fh)] == ["trl"]
     with open(out / "llm_table_probe.csv") as fh:
@@ -725,7 +725,7 @@ def test_the_engine_is_forwarded_named_in_the_protocol_and_in_each_csv(
         lt.run_state(rpg0, lt._config_for(ppo, rpg0))
     assert lt.main([*argv, "--table-only"]) == 0
     printed = capsys.readouterr().out
-    assert "training engine: trl (TRL's GRPOTrainer: 1 parents x 2 answers per step" in printed
+    assert "training engine: trl (TRL's GRPOTrainer: 1 parent x 2 answers per step" in printed
     with open(out / "llm_table.csv") as fh:
         (row,) = list(csv.DictReader(fh))
     assert row["engine"] == "trl"
@@ -736,10 +736,31 @@ def test_the_engine_is_forwarded_named_in_the_protocol_and_in_each_csv(
     assert "training engine: ppo (PPO with a critic" in lt.protocol_text(ppo, "cpu")
 
 
+def test_engine_trl_without_trl_exits_2_before_any_run_and_table_only_still_reads(
+    tmp_path, tiny_model_dir, capsys, monkeypatch
+):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "trl" else real(n, *a)
+    )
+    out = tmp_path / "t"
+    argv = _cli_base(out, tiny_model_dir, "--engine", "trl")
+    assert lt.main(argv) == 2
+    assert "--engine trl needs TRL" in _one_line(capsys) and not (out / "runs").exists()
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    for (m, k), rows in HAND.items():
+        spec = lt.RunSpec("churn-auc", m, k, out)
+        _make_run(spec.run_dir, lt._config_for(s, spec).to_dict(), rows, steps=1)
+    assert lt.main([*argv, "--table-only"]) == 0  # reading trl runs needs no TRL
+
+
 @pytest.mark.parametrize(
     "extra, needles",
     [
         (["--run-args", "--engine trl"], ["--run-args may not set --engine", "--engine"]),
+        (["--run-args", "--num-generations 4"], ["--num-generations applies to --engine trl"]),
         (["--engine", "vllm"], ["--engine", "'vllm'"]),
         (["--arms", "vanilla,rpg"], ["--arms", "rpg first"]),
         (["--arms", "rpg,greedy"], ["--arms", "'greedy'"]),
@@ -936,10 +957,11 @@ def test_the_tuning_records_commands_run_what_they_say(record, tmp_path):
             assert (s.batch_size, s.exec_budget_s, s.steps) == (2, 12.0, 10)
             assert cfg.reward.time_measure == "wall" and s.probe_answers == 0
         else:
-            assert s == replace(lt.QUICK, **{
-                "seeds": s.seeds, "arms": ("rpg", "fixed-lambda"), "fixed_lambda": s.fixed_lambda,
-                "exec_budget_s": 10.0,
-            })  # fmt: skip
+            assert s == lt.TableSettings(
+                tasks=("diamonds-price-rmse",), seeds=(900, 901), steps=5, batch_size=2,
+                exec_budget_s=10.0, run_args=("--time", "cpu"), arms=("rpg", "fixed-lambda"),
+                fixed_lambda=s.fixed_lambda,
+            )  # fmt: skip
             assert "execution budget 10 CPU-seconds per chain" in rec["setting"]
             assert f"{s.fixed_lambda:g}" in {f"{float(k):g}" for k in rec["candidates"]}
     if record == "llm_table_lambda.json":

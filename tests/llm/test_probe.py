@@ -158,5 +158,5 @@ def test_probe_of_a_trl_run_loads_trls_last_checkpoint(
 
     monkeypatch.setattr(rpg_llm.learner.policy, "generate", by_model)
     sft, trained = probe_mod.probe(run, answers=1, parents=2, seed=3, backends=backends)
-    assert (sft.policy, trained.policy) == ("sft", "trained (step 1)")
+    assert (sft.policy, trained.policy) == ("sft", "trained (TRL step 1)")
     assert (sft.valid_fraction, trained.valid_fraction) == (0.0, 1.0)

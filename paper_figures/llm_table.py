@@ -160,7 +160,8 @@ ABLATION = {
 """The 2 x 2 ablation: (parent ranking, training reward) -> arm."""
 ACTIONS = ("script", "edit")
 TUNING_NOTE = (
-    "Hyper-parameters: one tuning pass on run seeds the table does not use (900, 901; "
+    "Hyper-parameters (tuned with --engine ppo): one tuning pass on run seeds the table does "
+    "not use (900, 901; "
     "concrete-strength-mae at 2 chains and 12 wall-seconds per chain): actor learning rate "
     "2e-5 vs 1e-4 by the mean over both arms of the table value; 0.906 vs 0.905, so the "
     "preset's 2e-5 is kept (the difference is far inside one standard error). Commands and "
@@ -1040,17 +1041,11 @@ PROBE_FIELDS = [
 ]
 
 
-def _probe_run(s: TableSettings, spec: RunSpec) -> int:
-    """Probe one finished run unless its ``probe/probe.json`` holds a probe with the table's
-    answers per parent (another count is probed again); returns the exit status."""
-    done = spec.run_dir / "probe" / "probe.json"
-    if done.exists():
-        try:
-            answers = json.loads(done.read_text()).get("answers_per_parent")
-        except (OSError, ValueError, AttributeError):
-            answers = None
-        if answers == s.probe_answers:
-            return 0
+def _probe_run(s: TableSettings, spec: RunSpec, engine: str = "ppo") -> int:
+    """Probe one finished run unless its ``probe/probe.json`` is current (:func:`probe_is_current`);
+    returns the exit status."""
+    if probe_is_current(s, spec, engine):
+        return 0
     cmd = [sys.executable, "-m", "rpg_llm.probe", str(spec.run_dir)]
     cmd += ["--answers", str(s.probe_answers), "--parents", str(s.probe_parents)]
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -1059,6 +1054,27 @@ def _probe_run(s: TableSettings, spec: RunSpec) -> int:
         log.flush()
         env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
         return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def probe_is_current(s: TableSettings, spec: RunSpec, engine: str = "ppo") -> bool:
+    """Whether ``<run>/probe/probe.json`` probed this run as the table asks: ``probe_answers``
+    answers for each of ``probe_parents`` parents, with the policy of the run's last checkpoint
+    (a run extended since, or another count, is probed again). The step is ``trained_step``, or
+    for an older file the ``(step N)`` of the trained policy's label."""
+    from rpg_llm.loop.runfolder import RunFolder
+
+    try:
+        record = json.loads((spec.run_dir / "probe" / "probe.json").read_text())
+        step = record.get("trained_step")
+        if step is None:
+            label = next(p["policy"] for p in record["policies"] if p["policy"] != "sft")
+            step = int(label.rsplit("step ", 1)[1].rstrip(")"))
+        parents = len(record["parent_ids"])
+        answers = record["answers_per_parent"]
+    except (OSError, ValueError, AttributeError, KeyError, IndexError, StopIteration, TypeError):
+        return False
+    current = RunFolder(spec.run_dir).trained_step(engine)
+    return (answers, parents, step) == (s.probe_answers, s.probe_parents, current)
 
 
 def probe_rows(specs: Sequence[RunSpec]) -> list[dict]:
@@ -1366,6 +1382,13 @@ def _exec_budget(text: str | None, default: float | None) -> float | None:
     return value
 
 
+def _split_run_args(text: str | None) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text or ""))
+    except ValueError as err:  # e.g. an unclosed quote
+        raise UsageError(f"--run-args {text!r}: {err}") from None
+
+
 def _settings_from_args(args) -> TableSettings:
     base = QUICK if args.quick else FULL
     # the fields below taken from args alone are not set by FULL or QUICK (their defaults)
@@ -1386,7 +1409,7 @@ def _settings_from_args(args) -> TableSettings:
         sft_steps=args.sft_steps,
         sft_seed=args.sft_seed,
         exec_budget_s=_exec_budget(args.exec_budget, base.exec_budget_s),
-        run_args=base.run_args + tuple(shlex.split(args.run_args or "")),
+        run_args=base.run_args + _split_run_args(args.run_args),
         arms=tuple(a for a in args.arms.split(",") if a) if args.arms else base.arms,
         fixed_lambda=args.fixed_lambda,
         probe_answers=base.probe_answers if args.probe is None else args.probe,
@@ -1541,7 +1564,12 @@ def _parser() -> ArgumentParser:
         default=4,
         help="fixed parents of the probe (default %(default)s)",
     )
-    p.add_argument("--table-only", action="store_true", help="start no run; table from the runs")
+    p.add_argument(
+        "--table-only",
+        action="store_true",
+        help="start no run and no probe; write the table, its CSVs and figures (over earlier "
+        "ones) in --out from the runs there",
+    )
     return p
 
 
@@ -1618,7 +1646,7 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
     if s.probe_answers and not args.table_only:
         for i, p in enumerate(specs, 1):
             if p not in failed and run_state(p, cfgs[p]) == "done":
-                rc = _probe_run(s, p)
+                rc = _probe_run(s, p, cfgs[p].engine)
                 print(f"[{i}/{len(specs)}] {p}: probe exit {rc} ({p.run_dir / 'probe'})")
                 if rc != 0:
                     failed.append(p)

@@ -129,7 +129,8 @@ def probe(
         run_dir: a run folder of ``python -m rpg_llm.run`` (either engine) with at least one
             checkpoint.
         answers: ``N`` answers per parent and policy.
-        parents: ``K`` fixed parents (:func:`fixed_parents`).
+        parents: ``K`` fixed parents (:func:`fixed_parents`); ``probe.json`` records them and
+            the trained policy's step (``trained_step``).
         seed: sampling seed, the same for both policies.
         backends: :class:`rpg_llm.loop.backends.Backends` (default: the run's own).
 
@@ -150,19 +151,18 @@ def probe(
     from rpg_llm.loop.runfolder import RunFolder
 
     folder = RunFolder(run_dir)
+    if not folder.root.is_dir():
+        what = "is not a folder" if folder.root.exists() else "does not exist"
+        raise ValueError(f"{run_dir} {what}")
     if not folder.config_path.exists():
         raise ValueError(f"{run_dir}: not a run folder (no config.json)")
     cfg = LoopConfig.from_dict(folder.load_config())
-    if cfg.engine == "trl":
-        if importlib.util.find_spec("trl") is None:
-            raise ValueError(f"{run_dir} is an --engine trl run: pip install -e '.[trl]'")
-        from rpg_llm.engines.trl import trl_done_steps
-
-        step = trl_done_steps(run_dir) or None
-    else:
-        step = folder.latest_checkpoint()
+    if cfg.engine == "trl" and importlib.util.find_spec("trl") is None:
+        raise ValueError(f"{run_dir} is an --engine trl run: pip install -e '.[trl]'")
+    step = folder.trained_step(cfg.engine)
     if step is None:
-        raise ValueError(f"{run_dir}: no checkpoint to probe (no finished step)")
+        where = f"{folder.trl_dir.name}/checkpoint-N" if cfg.engine == "trl" else "checkpoints/"
+        raise ValueError(f"{run_dir}: no checkpoint to probe (nothing in {where})")
     backends = backends or default_backends(cfg)
     task = backends.load_task(cfg.task, cfg.data_root)
     capacity = cfg.buffer_capacity_factor * cfg.batch_size
@@ -211,7 +211,7 @@ def probe(
     # TRL's global step (its checkpoint), which after a resume can trail the buffer's steps
     label = f"trained (TRL step {step})" if cfg.engine == "trl" else f"trained (step {step})"
     summaries = [summarise("sft", sft), summarise(label, trained)]
-    _write(folder.root / PROBE_DIR, rows, [sft, trained], summaries, answers, seed)
+    _write(folder.root / PROBE_DIR, rows, [sft, trained], summaries, answers, seed, step)
     return summaries
 
 
@@ -222,6 +222,7 @@ def _write(
     summaries: list[ProbeSummary],
     answers: int,
     seed: int,
+    trained_step: int,
 ) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "probe.csv", "w", newline="") as fh:
@@ -246,6 +247,7 @@ def _write(
         "answers_per_parent": answers,
         "seed": seed,
         "parent_ids": sorted({p.id for p in parents}),
+        "trained_step": trained_step,
         "parent_rule": "valid seeds (edit: with constants) by (raw reward, id), evenly spaced",
         "policies": [asdict(s) for s in summaries],
     }
@@ -264,16 +266,25 @@ def _line(s: ProbeSummary) -> str:
 def _main(argv: Sequence[str] | None) -> int:
     ap = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     ap.add_argument("run_dir", help="a run folder of python -m rpg_llm.run")
-    ap.add_argument("--answers", type=int, default=4, help="answers per parent and policy")
-    ap.add_argument("--parents", type=int, default=4, help="fixed parents from the seeds")
-    ap.add_argument("--seed", type=int, default=0, help="sampling seed (both policies)")
+    ap.add_argument(
+        "--answers", type=int, default=4, help="answers per parent and policy (default %(default)s)"
+    )
+    ap.add_argument(
+        "--parents", type=int, default=4, help="fixed parents from the seeds (default %(default)s)"
+    )
+    ap.add_argument(
+        "--seed", type=int, default=0, help="sampling seed, both policies (default %(default)s)"
+    )
     args = ap.parse_args(argv)
     at_least("--answers", args.answers, 1)
     at_least("--parents", args.parents, 1)
+    at_least("--seed", args.seed, 0)
     try:
         summaries = probe(args.run_dir, args.answers, args.parents, args.seed)
     except ValueError as err:
-        raise UsageError(str(err)) from None
+        text = str(err)
+        message = f"--parents {args.parents}: {text}" if "parents asked" in text else text
+        raise UsageError(message) from None
     for s in summaries:
         print(_line(s))
     print(f"answers: {Path(args.run_dir) / PROBE_DIR / 'probe.csv'}")

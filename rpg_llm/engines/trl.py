@@ -62,7 +62,7 @@ from rpg_llm.loop.dist import Dist
 from rpg_llm.loop.execution import execute_rollout, rollout_actions
 from rpg_llm.loop.recording import Console, Recorder, StepRecord, step_record
 from rpg_llm.loop.rollout import Rollout, make_prompts
-from rpg_llm.loop.runfolder import RunFolder
+from rpg_llm.loop.runfolder import TRL_DIR, RunFolder
 from rpg_llm.loop.setup import create_folder, open_buffer, rebuild, seed_buffer
 
 __all__ = [
@@ -83,7 +83,7 @@ __all__ = [
 log = logging.getLogger("rpg_llm.loop")
 
 SEED_STEP = 0
-TRL_FOLDER = "trl"
+TRL_FOLDER = TRL_DIR
 """Subfolder of the run folder holding TRL's checkpoints (``checkpoint-<global step>``)."""
 
 
@@ -533,13 +533,7 @@ def _lora(cfg: LoopConfig) -> Any:
 
 def trl_done_steps(run_dir: str | Path) -> int:
     """TRL's last checkpointed global step in ``run_dir`` (0: none)."""
-    folder = Path(run_dir) / TRL_FOLDER
-    steps = [
-        int(p.name.split("-", 1)[1])
-        for p in folder.glob("checkpoint-*")
-        if p.is_dir() and p.name.split("-", 1)[1].isdigit()
-    ]
-    return max(steps, default=0)
+    return RunFolder(Path(run_dir)).latest_trl_checkpoint()
 
 
 def trained_model(model: Any, run_dir: str | Path) -> tuple[Any, int]:

@@ -37,7 +37,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunFolder", "RunFolderBusy", "RunLock", "write_json_atomic", "SAMPLES_CSV_FIELDS"]
+__all__ = [
+    "RunFolder",
+    "RunFolderBusy",
+    "RunLock",
+    "write_json_atomic",
+    "SAMPLES_CSV_FIELDS",
+    "TRL_DIR",
+]
+
+TRL_DIR = "trl"
+"""Subfolder of an ``--engine trl`` run folder holding TRL's ``checkpoint-<global step>``."""
 
 SAMPLES_CSV_FIELDS = [
     "step",
@@ -329,6 +339,23 @@ class RunFolder:
         """The last checkpointed step, or None."""
         steps = self.checkpoints()
         return steps[-1] if steps else None
+
+    @property
+    def trl_dir(self) -> Path:
+        """TRL's checkpoints of an ``--engine trl`` run (``checkpoint-<global step>``)."""
+        return self.root / TRL_DIR
+
+    def latest_trl_checkpoint(self) -> int:
+        """TRL's last checkpointed global step (0: none); read without importing TRL."""
+        names = (p.name.split("-", 1) for p in self.trl_dir.glob("checkpoint-*") if p.is_dir())
+        return max((int(n[1]) for n in names if len(n) == 2 and n[1].isdigit()), default=0)
+
+    def trained_step(self, engine: str) -> int | None:
+        """The step of the policy a probe loads: the last PPO checkpoint, or for
+        ``engine == "trl"`` TRL's last global step; None when there is none."""
+        return (
+            (self.latest_trl_checkpoint() or None) if engine == "trl" else self.latest_checkpoint()
+        )
 
     def prune_checkpoints(self, keep: int) -> None:
         """Delete all but the newest ``keep`` checkpoints (and stale temporary folders)."""

@@ -360,6 +360,7 @@ def _one_line(capsys) -> str:
         (["--run-args", "--out elsewhere"], ["--run-args", "--out"]),
         (["--run-args", "--temperature hot"], ["--temperature", "hot"]),
         (["--run-args", "--nope 1"], ["--run-args", "rpg_llm.run", "--nope"]),
+        (["--run-args", '"unclosed'], ["--run-args '\"unclosed'", "No closing quotation"]),
         (["--run-args", "--preset nanogpt-cpu"], ["--run-args", "table's own --preset"]),
         (
             ["--run-args", "--seed-buffer --max-prompt-tokens=900"],
@@ -993,7 +994,7 @@ def test_probe_runs_after_the_finished_runs_and_feeds_the_table(
         _make_run(spec.run_dir, lt._config_for(s, spec).to_dict(), rows, steps=1)
     probed = []
 
-    def fake_probe(settings, spec):
+    def fake_probe(settings, spec, engine="ppo"):
         probed.append((spec.method, spec.seed, settings.probe_answers))
         pol = {"answers": 8, "valid_fraction": 1.0, "mean_time_s": 2.0, "mean_raw_reward": 0.5}
         pols = [pol | {"policy": "sft", "mean_score": 0.1}]
@@ -1011,16 +1012,37 @@ def test_probe_runs_after_the_finished_runs_and_feeds_the_table(
     assert (out / "llm_table_probe.png").exists()
 
 
-def test_a_stored_probe_is_reused_only_at_the_tables_answer_count(tmp_path, monkeypatch):
+def test_a_stored_probe_is_reused_only_for_the_same_counts_and_checkpoint(tmp_path, monkeypatch):
+    """Reused: the table's answers per parent and parent count, and the run's last checkpoint
+    (``trained_step``, or an older file's ``(step N)`` label; a TRL run's own checkpoints).
+    Probed again: another count, or a run extended since (the user's re-run found it stale)."""
     spec = lt.RunSpec("churn-auc", "rpg", 0, tmp_path)
-    (spec.run_dir / "probe").mkdir(parents=True)
-    (spec.run_dir / "probe" / "probe.json").write_text(json.dumps({"answers_per_parent": 2}))
+
+    def checkpoint(step: int) -> None:
+        folder = spec.run_dir / "checkpoints" / f"step_{step:06d}"
+        folder.mkdir(parents=True)
+        (folder / "trainer.pt").write_bytes(b"")
+
+    checkpoint(3)
+    (spec.run_dir / "probe").mkdir()
+    pols = [{"policy": "sft"}, {"policy": "trained (step 3)"}]
+    record = {"answers_per_parent": 2, "parent_ids": [1, 2, 3, 4], "policies": pols}
+    (spec.run_dir / "probe" / "probe.json").write_text(json.dumps(record))
     calls = []
 
     class Done:
         returncode = 0
 
     monkeypatch.setattr(lt.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or Done())
-    assert lt._probe_run(replace(lt.FULL, probe_answers=2), spec) == 0 and calls == []
+    two = replace(lt.FULL, probe_answers=2)
+    assert lt._probe_run(two, spec) == 0 and calls == []  # label step 3 = last checkpoint
     assert lt._probe_run(replace(lt.FULL, probe_answers=4), spec) == 0
     assert len(calls) == 1 and calls[0][calls[0].index("--answers") + 1] == "4"
+    assert lt._probe_run(replace(two, probe_parents=3), spec) == 0 and len(calls) == 2
+    checkpoint(5)  # the run was extended
+    assert not lt.probe_is_current(two, spec)
+    (spec.run_dir / "probe" / "probe.json").write_text(json.dumps(record | {"trained_step": 5}))
+    assert lt.probe_is_current(two, spec)
+    assert not lt.probe_is_current(two, spec, "trl")  # no trl/checkpoint-5
+    (spec.run_dir / "trl" / "checkpoint-5").mkdir(parents=True)
+    assert lt.probe_is_current(two, spec, "trl")

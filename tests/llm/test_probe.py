@@ -160,3 +160,16 @@ def test_probe_of_a_trl_run_loads_trls_last_checkpoint(
     sft, trained = probe_mod.probe(run, answers=1, parents=2, seed=3, backends=backends)
     assert (sft.policy, trained.policy) == ("sft", "trained (TRL step 1)")
     assert (sft.valid_fraction, trained.valid_fraction) == (0.0, 1.0)
+
+
+def test_probe_cli_names_a_missing_folder_a_file_and_a_negative_seed(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    for path, needle in (
+        (tmp_path / "nope", "does not exist"),
+        (tmp_path / "file", "is not a folder"),
+    ):
+        assert probe_mod.main([str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{path} {needle}" in err
+    assert probe_mod.main([str(tmp_path), "--seed", "-1"]) == 2
+    assert "--seed" in capsys.readouterr().err

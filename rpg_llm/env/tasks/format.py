@@ -486,6 +486,13 @@ def load_competition(
         where += "; the mlebench registry does not list it either"
     from rpg_llm.env.tasks.offline import list_offline_competitions
 
+    if comp_id in list_offline_competitions():
+        missing = "" if data_root.is_dir() else f" (the folder {data_root} does not exist)"
+        raise ValueError(
+            f"offline competition {comp_id!r} is not prepared under data root {data_root}"
+            f"{missing}: python -m rpg_llm.env.tasks prepare {comp_id}"
+            + (f" --data-root {data_root}" if data_root != default_data_root() else "")
+        )
     raise ValueError(
         f"competition {comp_id!r} not found {where}; the offline competitions are "
         f"{', '.join(list_offline_competitions())}; for an MLE-Bench competition pass "

@@ -166,3 +166,15 @@ def test_grade_cli_data_root_that_is_a_file_is_named(tmp_path, capsys):
     assert len(err.splitlines()) == 1
     assert err.endswith(f"--data-root {root}: exists and is not a folder"), err
     assert root.read_text() == "x"
+
+
+def test_grade_cli_names_an_unprepared_offline_competition_and_how_to_prepare_it(tmp_path, capsys):
+    sub = tmp_path / "sub.csv"
+    sub.write_text("id,y\n1,0.0\n")
+    for root, extra in ((tmp_path, ""), (tmp_path / "missing", " (the folder ")):
+        assert grade_cli.main(["churn-auc", str(sub), "--data-root", str(root)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert f"offline competition 'churn-auc' is not prepared under data root {root}" in err
+        assert f"python -m rpg_llm.env.tasks prepare churn-auc --data-root {root}" in err
+        assert extra in err

@@ -794,7 +794,7 @@ def run_state(spec: RunSpec, cfg) -> str:
     done = max((int(m.get("step", 0)) for m in folder.read_metrics()), default=0)
     # a kill between a step's checkpoint and its metrics line: the trainer resumes after the
     # checkpoint, so that step counts as run (else a budget-stopped run would stay unfinished)
-    done = max(done, folder.latest_checkpoint() or 0)
+    done = max(done, folder.trained_step(cfg.engine) or 0)
     if done >= cfg.steps or _budget_spent(folder, cfg, done):
         return "done"
     return "resume"
@@ -1033,6 +1033,7 @@ PROBE_FIELDS = [
     "arm",
     "seed",
     "policy",
+    "trained_step",
     "answers",
     "valid_fraction",
     "mean_time_s",
@@ -1065,16 +1066,27 @@ def probe_is_current(s: TableSettings, spec: RunSpec, engine: str = "ppo") -> bo
 
     try:
         record = json.loads((spec.run_dir / "probe" / "probe.json").read_text())
-        step = record.get("trained_step")
-        if step is None:
-            label = next(p["policy"] for p in record["policies"] if p["policy"] != "sft")
-            step = int(label.rsplit("step ", 1)[1].rstrip(")"))
+        step = _probed_step(record)
         parents = len(record["parent_ids"])
         answers = record["answers_per_parent"]
     except (OSError, ValueError, AttributeError, KeyError, IndexError, StopIteration, TypeError):
         return False
     current = RunFolder(spec.run_dir).trained_step(engine)
     return (answers, parents, step) == (s.probe_answers, s.probe_parents, current)
+
+
+def _probed_step(record: dict) -> int:
+    """The trained policy's step in a ``probe.json`` record: ``trained_step``, or for an older
+    file the ``(step N)`` of the trained policy's label.
+
+    Raises:
+        KeyError, StopIteration, IndexError, ValueError: neither is there.
+    """
+    step = record.get("trained_step")
+    if step is None:
+        label = next(p["policy"] for p in record["policies"] if p["policy"] != "sft")
+        step = int(label.rsplit("step ", 1)[1].rstrip(")"))
+    return int(step)
 
 
 def probe_rows(specs: Sequence[RunSpec]) -> list[dict]:
@@ -1085,9 +1097,12 @@ def probe_rows(specs: Sequence[RunSpec]) -> list[dict]:
         path = p.run_dir / "probe" / "probe.json"
         if not path.exists():
             continue
-        for pol in json.loads(path.read_text())["policies"]:
+        record = json.loads(path.read_text())
+        for pol in record["policies"]:
             row = {"task": p.task, "arm": p.method, "seed": p.seed}
-            row |= {"policy": "sft" if pol["policy"] == "sft" else "trained"}
+            sft = pol["policy"] == "sft"
+            row |= {"policy": "sft" if sft else "trained"}
+            row["trained_step"] = "" if sft else _probed_step(record)
             row["answers"] = pol["answers"]
             for k in ("valid_fraction", "mean_time_s", "mean_raw_reward", "mean_score"):
                 v = pol[k]
@@ -1242,7 +1257,7 @@ def _markdown_document(
     time_measure: str = "wall",
     edits: Sequence[dict] = (),
     seeding: str = "",
-    num_generations: int = 2,
+    num_generations: int | None = None,
 ) -> str:
     settings = (
         f"engine {s.engine}; preset {s.preset}; model {s.model or 'the preset default'}; steps "
@@ -1353,7 +1368,8 @@ def _seconds_unit(time_measure: str) -> str:
 
 def _budget_text(s: TableSettings, time_measure: str = "wall") -> str:
     if s.exec_budget_s is None:
-        return f"none ({s.steps} steps for every run; read at the common final budget)"
+        steps = f"{s.steps} step{'s' * (s.steps != 1)}"
+        return f"none ({steps} for every run; read at the common final budget)"
     return f"{s.exec_budget_s:g} {_seconds_unit(time_measure)} per chain, steps <= {s.steps}"
 
 

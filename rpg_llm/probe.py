@@ -196,7 +196,7 @@ def probe(
         if cfg.engine == "trl":
             from rpg_llm.engines.trl import trained_model
 
-            model, step = trained_model(policy.model, folder.root)  # LoRA: in place, after SFT
+            model, step = trained_model(policy.model, folder.root, step)  # LoRA: in place
         else:
             trainer = PPOTrainer(
                 policy.model, cfg.ppo, accelerator=dist.acc, temperature=cfg.sampling.temperature

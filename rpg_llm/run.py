@@ -434,7 +434,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if resume and _finished(run_dir, cfg.steps, cfg.engine):
         if rank == 0:
             print(
-                f"nothing to run: the run has finished its {cfg.steps} steps "
+                f"nothing to run: the run has finished its {cfg.steps} "
+                f"step{'s' * (cfg.steps != 1)} "
                 f"(give --steps above {cfg.steps} to extend it)"
             )
         return 0

@@ -536,9 +536,10 @@ def trl_done_steps(run_dir: str | Path) -> int:
     return RunFolder(Path(run_dir)).latest_trl_checkpoint()
 
 
-def trained_model(model: Any, run_dir: str | Path) -> tuple[Any, int]:
+def trained_model(model: Any, run_dir: str | Path, step: int | None = None) -> tuple[Any, int]:
     """The policy TRL trained in ``run_dir``: ``model`` (the run's start, its SFT warm-start
-    weights loaded) with TRL's last checkpoint applied, and that checkpoint's global step.
+    weights loaded) with TRL's checkpoint of global step ``step`` applied (None: the last), and
+    that step.
 
     A LoRA run's checkpoint holds the adapter (``adapter_config.json``), put on ``model`` with
     peft, **in place**: ``model`` itself then runs the trained policy, so take what is needed
@@ -547,13 +548,14 @@ def trained_model(model: Any, run_dir: str | Path) -> tuple[Any, int]:
     device, in its dtype and with its generation config (pad token, sampling defaults).
 
     Raises:
-        ValueError: ``run_dir`` has no TRL checkpoint, or one with neither an adapter nor
-            model weights (names the folder).
+        ValueError: ``run_dir`` has no TRL checkpoint (of ``step``), or one with neither an
+            adapter nor model weights (names the folder).
     """
-    step = trl_done_steps(run_dir)
-    if step == 0:
-        raise ValueError(f"{run_dir}: no TRL checkpoint ({TRL_FOLDER}/checkpoint-N) to load")
-    folder = Path(run_dir) / TRL_FOLDER / f"checkpoint-{step}"
+    trl_dir = RunFolder(Path(run_dir)).trl_dir
+    step = trl_done_steps(run_dir) if step is None else step
+    folder = trl_dir / f"checkpoint-{step}"
+    if step == 0 or not folder.is_dir():
+        raise ValueError(f"{run_dir}: no TRL checkpoint ({trl_dir.name}/checkpoint-N) to load")
     if (folder / "adapter_config.json").exists():
         from peft import PeftModel
 
@@ -608,7 +610,7 @@ def train_trl(
             tok = policy.tokenizer
             tok.padding_side = "left"
             source = BufferPrompts(run, tok, cfg.trl.num_generations)
-            out = run.folder.root / TRL_FOLDER
+            out = run.folder.trl_dir
             trainer = RPGGRPOTrainer(
                 model=policy.model,
                 reward_funcs=run.reward,

@@ -320,6 +320,27 @@ def test_a_run_killed_between_its_last_checkpoint_and_metrics_is_finished(tmp_pa
     assert lt.run_state(spec, cfg) == "done"
 
 
+def test_a_trl_run_killed_between_its_last_checkpoint_and_metrics_is_finished(
+    tmp_path, tiny_model_dir
+):
+    """The same for an ``--engine trl`` run: TRL's ``trl/checkpoint-2`` counts as step 2 run,
+    a PPO checkpoint folder in it does not."""
+    from rpg_llm.loop.runfolder import RunFolder
+
+    out = tmp_path / "t"
+    argv = [*_cli_base(out, tiny_model_dir), "--exec-budget", "5", "--steps", "8"]
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    spec = lt.RunSpec("churn-auc", "rpg", 0, out)
+    cfg = replace(lt._config_for(s, spec), engine="trl")
+    rows = [[(3.0, 0.5), (3.0, 0.6)], [(6.0, 0.4), (1.0, 0.5)]]  # spent after step 2
+    _make_run(spec.run_dir, cfg.to_dict(), rows, steps=1)
+    (spec.run_dir / "checkpoints" / "step_000002").mkdir(parents=True)
+    assert lt.run_state(spec, cfg) == "resume"
+    (spec.run_dir / "trl" / "checkpoint-2").mkdir(parents=True)
+    assert RunFolder(spec.run_dir).trained_step("trl") == 2
+    assert lt.run_state(spec, cfg) == "done"
+
+
 def test_the_tuning_record_matches_the_settings():
     """paper_figures/llm_table_tuning.json: seeds apart from the table's, the criterion
     recomputed from the arms, the winner chosen, and the preset running the winner."""
@@ -871,7 +892,7 @@ def test_edit_rows_count_switches_dead_edits_and_time_ratios_on_a_hand_made_buff
 
 
 def test_probe_rows_and_figure_from_hand_made_probes(tmp_path):
-    def write(arm, seed, sft, trained):
+    def write(arm, seed, sft, trained, **record):
         spec = lt.RunSpec("churn-auc", arm, seed, tmp_path)
         (spec.run_dir / "probe").mkdir(parents=True)
         pols = [
@@ -880,16 +901,18 @@ def test_probe_rows_and_figure_from_hand_made_probes(tmp_path):
             {"policy": "trained (step 3)", "answers": 8, "valid_fraction": trained[0],
              "mean_time_s": trained[1], "mean_raw_reward": trained[2], "mean_score": 0.5},
         ]  # fmt: skip
-        (spec.run_dir / "probe" / "probe.json").write_text(json.dumps({"policies": pols}))
+        record["policies"] = pols
+        (spec.run_dir / "probe" / "probe.json").write_text(json.dumps(record))
         return spec
 
-    specs = [write("rpg", 0, (1.0, 4.0, 0.5), (1.0, 3.0, 0.6))]
-    specs.append(write("vanilla", 0, (0.5, 2.0, 0.4), (0.75, 2.5, 0.4)))
+    specs = [write("rpg", 0, (1.0, 4.0, 0.5), (1.0, 3.0, 0.6))]  # step from the label
+    specs.append(write("vanilla", 0, (0.5, 2.0, 0.4), (0.75, 2.5, 0.4), trained_step=5))
     specs.append(lt.RunSpec("churn-auc", "vanilla", 1, tmp_path))  # not probed: no rows
     rows = lt.probe_rows(specs)
     assert [(r["arm"], r["policy"]) for r in rows] == [
         ("rpg", "sft"), ("rpg", "trained"), ("vanilla", "sft"), ("vanilla", "trained")
     ]  # fmt: skip
+    assert [r["trained_step"] for r in rows] == ["", 3, "", 5]
     assert rows[1]["mean_time_s"] == "3" and rows[0]["mean_score"] == "nan"
     assert float(rows[3]["valid_fraction"]) - float(rows[2]["valid_fraction"]) == 0.25
     png, pdf = lt.plot_probe(rows, tmp_path)
@@ -1046,3 +1069,10 @@ def test_a_stored_probe_is_reused_only_for_the_same_counts_and_checkpoint(tmp_pa
     assert not lt.probe_is_current(two, spec, "trl")  # no trl/checkpoint-5
     (spec.run_dir / "trl" / "checkpoint-5").mkdir(parents=True)
     assert lt.probe_is_current(two, spec, "trl")
+
+
+def test_the_budget_text_counts_steps_in_words():
+    one = lt._budget_text(replace(lt.QUICK, exec_budget_s=None, steps=1))
+    assert one == "none (1 step for every run; read at the common final budget)"
+    assert "(5 steps for every run" in lt._budget_text(replace(lt.QUICK, exec_budget_s=None))
+    assert lt._budget_text(replace(lt.QUICK, steps=4), "cpu") == "6 CPU-s per chain, steps <= 4"

@@ -162,6 +162,21 @@ def test_probe_of_a_trl_run_loads_trls_last_checkpoint(
     assert (sft.valid_fraction, trained.valid_fraction) == (0.0, 1.0)
 
 
+def test_trained_model_names_a_missing_trl_checkpoint(tmp_path):
+    """No ``trl/checkpoint-N`` at all, or none of the step asked for: a ValueError naming the
+    run, raised before any weights are touched (``model`` is not used)."""
+    pytest.importorskip("trl")
+    from rpg_llm.engines.trl import trained_model
+
+    with pytest.raises(ValueError, match="no TRL checkpoint"):
+        trained_model(None, tmp_path)
+    (tmp_path / "trl" / "checkpoint-1").mkdir(parents=True)
+    with pytest.raises(ValueError, match=f"{tmp_path}: no TRL checkpoint"):
+        trained_model(None, tmp_path, step=2)
+    with pytest.raises(ValueError, match="neither a LoRA adapter nor model weights"):
+        trained_model(None, tmp_path)
+
+
 def test_probe_cli_names_a_missing_folder_a_file_and_a_negative_seed(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     for path, needle in (

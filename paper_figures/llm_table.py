@@ -34,7 +34,8 @@ Definitions (the paper, section 5, Table "RPG vs. vanilla RL on 22 MLE-Bench Lit
 
 * score: the *raw reward* of DESIGN.md section 7 — the score of a higher-is-better competition,
   the leaderboard percentile (in [0, 1], higher is better) of a lower-is-better one, -10 for an
-  invalid sample. Every column is therefore higher-is-better.
+  invalid sample. Every column is therefore higher-is-better. With ``--run-args "--raw-reward
+  percentile"`` it is the leaderboard percentile for every task.
 * chain, best score so far, value of a chain at a budget: :mod:`rpg_llm.loop.budget` (one chain per
   batch row, cumulative *measured* execution seconds, step-0 seed samples excluded).
 * the budget ``B`` the table is read at: the runs' **execution budget** ``--exec-budget`` (default
@@ -851,6 +852,8 @@ def _run_one(s: TableSettings, spec: RunSpec, state: str) -> tuple[int, float]:
 def _raw_reward_label(task: str, cfg) -> str:
     from rpg_llm.env import tasks
 
+    if cfg.reward.raw_reward == "percentile":
+        return "leaderboard percentile"
     try:
         root = Path(cfg.data_root) if cfg.data_root else None
         comp = tasks.load_competition(tasks.resolve_id(task), root)

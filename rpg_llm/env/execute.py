@@ -62,6 +62,8 @@ class Outcome:
         (:data:`RUN_TIME_RE` finds the time part).
       cpu_s: CPU seconds (user + system) of the script and every child it waited for, ``None``
         when not measured (docker backend, or the run never started); for ``--time cpu``.
+      percentile: the score's leaderboard percentile in [0, 1] (``None`` when invalid or the
+        task has no leaderboard); for ``--raw-reward percentile``.
     """
 
     status: str
@@ -71,6 +73,7 @@ class Outcome:
     valid: bool
     outcome_text: str
     cpu_s: float | None = field(default=None, compare=False)
+    percentile: float | None = field(default=None, compare=False)
 
 
 def infra_outcome(reason: str, delta: float = 0.0, cpu_s: float | None = None) -> Outcome:
@@ -163,7 +166,8 @@ def run_and_grade(
         text = f"score {report.score:.6g} ({direction} is better), ran {res.delta:.1f} s"
         if report.percentile is not None:
             text += f", beats {100 * report.percentile:.0f}% of the leaderboard"
-        return Outcome("ok", res.delta, float(report.score), float(reward), True, text, cpu)
+        score = float(report.score)
+        return Outcome("ok", res.delta, score, float(reward), True, text, cpu, report.percentile)
     finally:
         res.cleanup()
 

@@ -26,6 +26,7 @@ from rpg_llm.loop.types import RateEstimator
 __all__ = [
     "RateTracker",
     "Accounts",
+    "check_task_rewards",
     "TaskRewards",
     "INFRA",
     "infra_mask",
@@ -79,6 +80,19 @@ class RateTracker:
         return rho
 
 
+def check_task_rewards(reward_cfg: RewardConfig, task_rewards: TaskRewards | None) -> None:
+    """Refuse ``--raw-reward percentile`` for a task with rewards of its own (no leaderboard).
+
+    Raises:
+        ValueError: that combination.
+    """
+    if task_rewards is not None and reward_cfg.raw_reward == "percentile":
+        raise ValueError(
+            "--raw-reward percentile: this task has rewards of its own, not a leaderboard "
+            "percentile; use --raw-reward design"
+        )
+
+
 class Accounts:
     """The run's reward-rate estimate and best raw reward, fed step by step from stored samples
     (the same calls on a fresh run and on resume, so both give the same numbers).
@@ -89,6 +103,7 @@ class Accounts:
     """
 
     def __init__(self, rates: RateTracker, reward_cfg: RewardConfig, task_rewards=None):
+        check_task_rewards(reward_cfg, task_rewards)
         self.rates = rates
         self.task_rewards: TaskRewards | None = task_rewards
         self.cfg = reward_cfg if task_rewards is None else replace(reward_cfg, bonus=0.0)

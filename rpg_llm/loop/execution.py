@@ -75,15 +75,31 @@ def make_sample(
     time_measure: str,
     now: float,
     invalid_text: str = NO_CODE_TEXT,
+    raw_reward: str = "design",
 ) -> Sample:
     """One buffer sample; ``outcome=None``: a response without a script (invalid, time 0),
-    whose outcome text is ``invalid_text`` (the action's reason)."""
+    whose outcome text is ``invalid_text`` (the action's reason).
+
+    ``raw_reward``: :attr:`rpg_llm.loop.rewards.RewardConfig.raw_reward`; with
+    ``"percentile"`` a valid sample's raw reward is its outcome's leaderboard percentile.
+
+    Raises:
+        ValueError: ``"percentile"`` for a valid outcome without one (names the task).
+    """
     if outcome is None:
         text, score, raw, delta, status = invalid_text, None, INVALID_REWARD, 0.0, "invalid"
     else:
         text, score = outcome.outcome_text, outcome.score
         raw, delta = float(outcome.raw_reward), outcome_time(outcome, time_measure)
         status = sample_status(outcome)
+        if raw_reward == "percentile" and outcome.valid:
+            pct = getattr(outcome, "percentile", None)
+            if pct is None:
+                raise ValueError(
+                    f"--raw-reward percentile: task {task} gave no leaderboard percentile (it "
+                    "has no leaderboard or rewards of its own); use --raw-reward design"
+                )
+            raw = float(pct)
     return sample_cls(
         run=run,
         step=step,
@@ -138,6 +154,7 @@ def execute_rollout(
             outcome=by_row.get(row),
             time_measure=cfg.reward.time_measure,
             now=now,
+            raw_reward=cfg.reward.raw_reward,
             invalid_text=actions[row].outcome_text or NO_CODE_TEXT,
         )
         for row, text in enumerate(rollout.texts)
@@ -186,6 +203,7 @@ def execute_seeds(
             outcome=o,
             time_measure=cfg.reward.time_measure,
             now=now,
+            raw_reward=cfg.reward.raw_reward,
         )
         for i, ((name, code), o) in enumerate(zip(solutions, outcomes, strict=True))
     ]

@@ -39,6 +39,7 @@ __all__ = [
     "INVALID_REWARD",
     "TIME_FLOOR_S",
     "IMPROVEMENT_BONUS",
+    "RAW_REWARDS",
     "RewardConfig",
     "StepRewards",
     "charged_time",
@@ -50,6 +51,7 @@ __all__ = [
 METHODS = ("rpg", "vanilla", "fixed-lambda")
 PARENT_RANKS = ("arm", "rate", "raw")
 TIME_MEASURES = ("wall", "cpu")
+RAW_REWARDS = ("design", "percentile")
 INVALID_REWARD = -10.0
 TIME_FLOOR_S = 0.1
 IMPROVEMENT_BONUS = 0.5
@@ -71,6 +73,12 @@ class RewardConfig:
             stay 0 in the other arms).
         parent_rank: how parents are ranked: ``"arm"``, ``"rate"`` or ``"raw"``
             (:meth:`ranking_rho`).
+        raw_reward: the raw reward ``r`` of a valid script: ``"design"`` (DESIGN.md section 7:
+            the score when higher is better, the leaderboard percentile when lower is better)
+            or ``"percentile"`` (the leaderboard percentile in [0, 1] for every task). A reward
+            rate is not invariant to a shift of ``r``: with ``"design"`` a chance-level AUC
+            script still earns 0.5 per run, so the fastest chance-level script has the highest
+            rate; a percentile puts such a script near 0. Invalid scripts get -10 either way.
 
     The ``metadata`` of each field names its ``python -m rpg_llm.run`` flag
     (:mod:`rpg_llm.config`). Numbers are cast to float here, once.
@@ -113,12 +121,22 @@ class RewardConfig:
             "choices": PARENT_RANKS,
         },
     )
+    raw_reward: str = field(
+        default="design",
+        metadata={
+            "help": "raw reward of a valid script: DESIGN.md's (score; percentile if lower is "
+            "better) or the leaderboard percentile for every task",
+            "choices": RAW_REWARDS,
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.parent_rank not in PARENT_RANKS:
             raise ValueError(f"parent_rank must be one of {PARENT_RANKS}, got {self.parent_rank!r}")
+        if self.raw_reward not in RAW_REWARDS:
+            raise ValueError(f"raw_reward must be one of {RAW_REWARDS}, got {self.raw_reward!r}")
         if self.time_measure not in TIME_MEASURES:
             raise ValueError(
                 f"time_measure must be one of {TIME_MEASURES}, got {self.time_measure!r}"

@@ -43,7 +43,7 @@ import torch
 from rpg_llm.config import LoopConfig
 from rpg_llm.env.actions import Action
 from rpg_llm.env.sandbox.workdir import remove_stale_workdirs
-from rpg_llm.loop.accounting import Accounts, RateTracker, infra_mask
+from rpg_llm.loop.accounting import Accounts, RateTracker, check_task_rewards, infra_mask
 from rpg_llm.loop.backends import Backends, default_backends
 from rpg_llm.loop.budget import budget_spent
 from rpg_llm.loop.buffer import Sample
@@ -100,6 +100,7 @@ class Trainer:
         self.folder, self.backends = RunFolder(run_dir), backends or default_backends(cfg)
         self.on_stage = on_stage or (lambda step, stage: None)
         self.comp = b = self.backends.load_task(cfg.task, cfg.data_root)
+        check_task_rewards(cfg.reward, b.own_rewards())  # before the model loads
         if resume:
             self.folder.load_config()
             self.folder.check_resumable()  # before the model loads

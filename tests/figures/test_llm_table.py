@@ -1076,3 +1076,12 @@ def test_the_budget_text_counts_steps_in_words():
     assert one == "none (1 step for every run; read at the common final budget)"
     assert "(5 steps for every run" in lt._budget_text(replace(lt.QUICK, exec_budget_s=None))
     assert lt._budget_text(replace(lt.QUICK, steps=4), "cpu") == "6 CPU-s per chain, steps <= 4"
+
+
+def test_the_raw_reward_label_follows_the_runs_raw_reward():
+    from rpg_llm.config import LoopConfig
+
+    cfg = LoopConfig()
+    pct = replace(cfg, reward=replace(cfg.reward, raw_reward="percentile"))
+    assert lt._raw_reward_label("churn-auc", pct) == "leaderboard percentile"
+    assert lt._raw_reward_label("no-such-task", cfg) == "raw reward"

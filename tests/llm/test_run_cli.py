@@ -522,3 +522,10 @@ def test_main_prepares_the_task_before_training_and_not_for_a_finished_resume(
     monkeypatch.setattr(run_mod, "_finished", lambda run_dir, steps, engine="ppo": True)
     assert main(["--resume", str(tmp_path / "run")]) == 0
     assert order == [] and "nothing to run" in capsys.readouterr().out
+
+
+def test_a_bad_raw_reward_exits_2_naming_the_choices(tmp_path, capsys):
+    assert main(["--raw-reward", "auc", "--out", str(tmp_path / "r")]) == 2
+    err = _one_line_error(capsys)
+    assert "--raw-reward" in err and "'auc'" in err and "percentile" in err
+    assert not (tmp_path / "r").exists()

@@ -34,6 +34,7 @@ def data_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("competitions")
     build_competition(root, "toy", ACCURACY, lower=False)
     build_competition(root, "toy-mae", MAE, lower=True, board=[0.0, 0.25, 0.5, 0.75])
+    build_competition(root, "toy-board", ACCURACY, lower=False, board=[0.25, 0.5, 0.75, 1.0])
     return root
 
 
@@ -67,6 +68,22 @@ def test_perfect_and_partial_solutions_are_scored(comp, sandbox):
     assert half.score == pytest.approx(expected_accuracy([0, 1] * 4))
     assert half.raw_reward == half.score
     assert 0 < half.delta
+    assert out.percentile is None and half.percentile is None  # "toy" has no leaderboard
+
+
+def test_a_higher_is_better_score_carries_its_percentile_beside_the_score_reward(
+    data_root, sandbox
+):
+    """The raw reward stays the score (DESIGN.md section 7); ``percentile`` is what
+    ``--raw-reward percentile`` uses instead."""
+    half = run_and_grade(
+        textwrap.dedent(HALF), load_competition("toy-board", data_root), sandbox, LONG
+    )
+    acc = expected_accuracy([0, 1] * 4)
+    assert half.raw_reward == pytest.approx(acc)
+    beaten, tied = sum(b < acc for b in (0.25, 0.5, 0.75, 1.0)), (0.25, 0.5, 0.75, 1.0).count(acc)
+    assert half.percentile == pytest.approx((beaten + 0.5 * tied) / 4)
+    assert (acc, half.percentile) == (0.5, 0.375)  # beats 0.25, ties 0.5: (1 + 0.5) / 4
 
 
 def test_lower_is_better_reward_is_leaderboard_percentile(data_root, sandbox):
@@ -77,7 +94,7 @@ def test_lower_is_better_reward_is_leaderboard_percentile(data_root, sandbox):
     out = run_and_grade(code, comp, sandbox, LONG)
     assert out.status == "ok"
     assert out.score == pytest.approx(sum(ANSWERS) / len(ANSWERS))
-    assert out.raw_reward == pytest.approx(1.5 / 4)
+    assert out.raw_reward == pytest.approx(1.5 / 4) and out.percentile == out.raw_reward
     assert "lower is better" in out.outcome_text and "38% of the leaderboard" in out.outcome_text
 
 

@@ -54,6 +54,57 @@ def test_overhead_cli_reads_a_run_folder(tmp_path, capsys):
     assert overhead_main([str(tmp_path / "nope")]) == 2
 
 
+def test_seed_rates_rank_by_score_and_by_percentile_by_hand():
+    """A chance-level AUC script (0.5 in 0.4 s) against a good one (0.9 in 2 s) on a board of
+    four: by score the chance script has the higher rate (1.25 > 0.45 per s); by percentile
+    (0 and 3.5 / 4 of the board) the good one does (0 < 0.4375 per s)."""
+    import numpy as np
+    from seed_rates import seed_rates
+
+    def row(step, i, score, t):
+        return {"step": str(step), "row": str(i), "score": score, "raw_reward": score or "-10",
+                "time_s": str(t)}  # fmt: skip
+
+    rows = [row(0, 0, "0.5", 0.4), row(0, 1, "0.9", 2.0), row(0, 2, "", 1.0), row(1, 0, "1", 1)]
+    got = seed_rates(rows, np.array([0.6, 0.7, 0.8, 0.9]), lower_is_better=False)
+    assert [r["row"] for r in got] == [0, 1]  # step 0, valid only
+    assert [r["percentile"] for r in got] == [0.0, 0.875]
+    assert got[0]["rate_raw"] == pytest.approx(1.25) and got[1]["rate_raw"] == pytest.approx(0.45)
+    assert [r["rank_raw"] for r in got] == [1, 2]
+    assert [r["rank_percentile"] for r in got] == [2, 1]
+    with pytest.raises(ValueError, match="no valid step-0 sample"):
+        seed_rates(rows[2:], np.array([0.5]), lower_is_better=False)
+
+
+def test_seed_rates_cli_reads_a_run_folder_and_refuses_others(tmp_path, capsys):
+    from dataclasses import replace
+
+    from seed_rates import main as seed_main
+
+    from rpg_llm.config import LoopConfig
+    from rpg_llm.loop.runfolder import RunFolder
+    from testkit.toy_competition import ACCURACY, build_competition
+
+    build_competition(tmp_path / "comps", "toy-board", ACCURACY, lower=False, board=[0.6, 0.9])
+    cfg = replace(LoopConfig(), task="toy-board", data_root=str(tmp_path / "comps"))
+    run = RunFolder(tmp_path / "run")
+    run.create(cfg.to_dict())
+    rows = [
+        {"step": 0, "row": 0, "status": "ok", "score": 0.5, "raw_reward": 0.5, "time_s": 0.4,
+         "script": "a.py"},
+        {"step": 0, "row": 1, "status": "ok", "score": 0.9, "raw_reward": 0.9, "time_s": 2.0,
+         "script": "b.py"},
+    ]  # fmt: skip
+    run.append_samples_csv(rows)
+    assert seed_main([str(run.root)]) == 0
+    out = capsys.readouterr().out
+    assert "| 0 | 0.5 | 0.000 | 0.40 | 1.250 (1) | 0.000 (2) |" in out
+    assert "| 1 | 0.9 | 0.750 | 2.00 | 0.450 (2) | 0.375 (1) |" in out
+    assert "highest rate: row 0 by r, row 1 by percentile; best score: row 1" in out
+    assert seed_main([str(tmp_path)]) == 2
+    assert "not a run folder" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_gpu_ppo_step_script_runs_tiny_on_cpu():
     script = ROOT / "benchmarks" / "gpu_ppo_step.py"

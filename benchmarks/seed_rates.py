@@ -1,0 +1,129 @@
+"""Which seeded baseline a reward rate favours: each run's step-0 scripts with their score,
+leaderboard percentile, time ``delta`` (the run's ``--time`` measure) and ``r / delta`` for the
+two raw rewards of ``--raw-reward``: DESIGN.md's (the score when higher is better) and the
+leaderboard percentile.
+
+    python benchmarks/seed_rates.py RUN_DIR [RUN_DIR ...]
+
+The rate ``r / delta`` is what RPG's relative reward ``r - rho_hat * delta`` ranks by once
+``rho_hat`` is near the scripts' own rates: a script with ``r / delta > rho_hat`` has a positive
+relative reward. A reward rate is not invariant to a shift of ``r``; on an AUC task a constant
+prediction (AUC 0.5) is paid half of the best score for an interpreter start, and this script
+shows where that makes it the top of the rate ranking.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PROG = "python benchmarks/seed_rates.py"
+
+
+def seed_rates(
+    rows: Sequence[dict[str, str]], board: np.ndarray, lower_is_better: bool
+) -> list[dict[str, float | int]]:
+    """Rates of a run's valid step-0 samples.
+
+    Args:
+        rows: ``samples.csv`` rows (:data:`rpg_llm.loop.runfolder.SAMPLES_CSV_FIELDS`); those of
+            step 0 with a score are used.
+        board: the task's leaderboard scores, shape ``(n,)``, ``n >= 1``.
+        lower_is_better: the score's direction.
+
+    Returns:
+        One dict per valid seed, in row order: ``row``, ``score``, ``raw_reward`` (as stored),
+        ``percentile``, ``time_s``, ``rate_raw`` and ``rate_percentile`` (per second, the time
+        floored at 0.1 s as the rewards floor it), ``rank_raw`` and ``rank_percentile`` (1: the
+        highest rate).
+
+    Raises:
+        ValueError: no valid step-0 sample, or an empty board.
+    """
+    from rpg_llm.env.tasks.grading import leaderboard_percentile
+    from rpg_llm.loop.rewards import TIME_FLOOR_S
+
+    out: list[dict[str, float | int]] = []
+    for r in rows:
+        if r["step"] != "0" or r["score"] in ("", None):
+            continue
+        score, t = float(r["score"]), max(float(r["time_s"]), TIME_FLOOR_S)
+        pct = leaderboard_percentile(score, board, lower_is_better)
+        out.append(
+            {
+                "row": int(r["row"]),
+                "score": score,
+                "raw_reward": float(r["raw_reward"]),
+                "percentile": pct,
+                "time_s": float(r["time_s"]),
+                "rate_raw": float(r["raw_reward"]) / t,
+                "rate_percentile": pct / t,
+            }
+        )
+    if not out:
+        raise ValueError("no valid step-0 sample")
+    for key in ("raw", "percentile"):
+        order = sorted(range(len(out)), key=lambda i: -float(out[i][f"rate_{key}"]))
+        for place, i in enumerate(order, 1):
+            out[i][f"rank_{key}"] = place
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print one markdown table per run (``rpg_core.cli``: exit 2 on a usage error)."""
+    return run_cli(PROG, _main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from rpg_llm.config import LoopConfig
+    from rpg_llm.env import tasks
+    from rpg_llm.loop.runfolder import RunFolder
+
+    p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
+    p.add_argument("run_dirs", nargs="+", help="run folders (python -m rpg_llm.run --out)")
+    args = p.parse_args(argv)
+    folders = [RunFolder(d) for d in args.run_dirs]
+    for f in folders:
+        if not (f.config_path.exists() and f.samples_csv_path.exists()):
+            raise UsageError(f"{f.root} is not a run folder (no config.json or samples.csv)")
+    for f in folders:
+        cfg = LoopConfig.from_dict(f.load_config())
+        root = Path(cfg.data_root) if cfg.data_root else None
+        try:
+            comp = tasks.load_competition(tasks.resolve_id(cfg.task), root)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        if comp.leaderboard is None or len(comp.leaderboard) == 0:
+            raise UsageError(f"{f.root}: task {comp.id} has no leaderboard")
+        board = comp.leaderboard["score"].to_numpy(dtype=np.float64)
+        unit = "CPU-s" if cfg.reward.time_measure == "cpu" else "s"
+        rates = seed_rates(f.read_samples_csv(), board, comp.lower_is_better)
+        print(f"\n{f.root} ({comp.id}, raw reward {cfg.reward.raw_reward}, time in {unit})\n")
+        rate = f"/ {unit} (rank)"
+        print(f"| row | score | percentile | {unit} | r {rate} | percentile {rate} |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in rates:
+            print(
+                f"| {r['row']} | {r['score']:.4g} | {r['percentile']:.3f} | {r['time_s']:.2f} | "
+                f"{r['rate_raw']:.3f} ({r['rank_raw']}) | "
+                f"{r['rate_percentile']:.3f} ({r['rank_percentile']}) |"
+            )
+        best = max(rates, key=lambda r: (r["percentile"], -r["time_s"]))
+        top = {k: next(r for r in rates if r[f"rank_{k}"] == 1) for k in ("raw", "percentile")}
+        print(
+            f"\nhighest rate: row {top['raw']['row']} by r, row {top['percentile']['row']} by "
+            f"percentile; best score: row {best['row']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -764,9 +764,9 @@ def _check_prompt_budgets(cfgs: Sequence) -> None:
 
 
 def run_state(spec: RunSpec, cfg) -> str:
-    """``"new"`` (no run yet), ``"done"`` (the metrics reach the run's steps, or, with an
-    execution budget, every chain of the steps with metrics has used it: the run stopped on its
-    budget) or ``"resume"``.
+    """``"new"`` (no run yet), ``"done"`` (the metrics or the last checkpoint reach the run's
+    steps, or, with an execution budget, every chain of those steps has used it: the run
+    stopped on its budget) or ``"resume"``.
 
     Args:
         cfg: the LoopConfig the table asks for this run.
@@ -793,8 +793,9 @@ def run_state(spec: RunSpec, cfg) -> str:
             f"--out or remove that folder"
         )
     done = max((int(m.get("step", 0)) for m in folder.read_metrics()), default=0)
-    # a kill between a step's checkpoint and its metrics line: the trainer resumes after the
-    # checkpoint, so that step counts as run (else a budget-stopped run would stay unfinished)
+    # PPO: a kill between a step's checkpoint and its metrics line; the trainer resumes after
+    # the checkpoint, so that step counts as run (else a budget-stopped run would stay
+    # unfinished). TRL writes a step's metrics line before its checkpoint: a safeguard there.
     done = max(done, folder.trained_step(cfg.engine) or 0)
     if done >= cfg.steps or _budget_spent(folder, cfg, done):
         return "done"
@@ -1083,29 +1084,46 @@ def _probed_step(record: dict) -> int:
     file the ``(step N)`` of the trained policy's label.
 
     Raises:
-        KeyError, StopIteration, IndexError, ValueError: neither is there.
+        ValueError: neither is there as a whole number >= 0 (a malformed record).
     """
-    step = record.get("trained_step")
-    if step is None:
-        label = next(p["policy"] for p in record["policies"] if p["policy"] != "sft")
-        step = int(label.rsplit("step ", 1)[1].rstrip(")"))
-    return int(step)
+    try:
+        step = record.get("trained_step")
+        if step is None:
+            label = next(p["policy"] for p in record["policies"] if p["policy"] != "sft")
+            step = int(label.rsplit("step ", 1)[1].rstrip(")"))
+    except (AttributeError, KeyError, IndexError, StopIteration, TypeError, ValueError):
+        raise ValueError("no trained step (trained_step or a '(step N)' label)") from None
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"trained_step must be a whole number >= 0, got {step!r}")
+    return step
 
 
 def probe_rows(specs: Sequence[RunSpec]) -> list[dict]:
     """The probe summaries (``<run>/probe/probe.json``, :mod:`rpg_llm.probe`) of the runs that
-    have one, one row per run and policy (fields :data:`PROBE_FIELDS`; null means -> "nan")."""
+    have one, one row per run and policy (fields :data:`PROBE_FIELDS`; null means -> "nan";
+    ``trained_step`` is the trained policy's step, empty on the SFT row).
+
+    Raises:
+        UsageError: a ``probe.json`` that cannot be read (names the file; probe the run again).
+    """
     rows = []
     for p in specs:
         path = p.run_dir / "probe" / "probe.json"
         if not path.exists():
             continue
-        record = json.loads(path.read_text())
-        for pol in record["policies"]:
+        try:
+            record = json.loads(path.read_text())
+            step = str(_probed_step(record))
+            policies = list(record["policies"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UsageError(
+                f"{path} cannot be read ({err}); remove it to probe the run again"
+            ) from None
+        for pol in policies:
             row = {"task": p.task, "arm": p.method, "seed": p.seed}
             sft = pol["policy"] == "sft"
             row |= {"policy": "sft" if sft else "trained"}
-            row["trained_step"] = "" if sft else _probed_step(record)
+            row["trained_step"] = "" if sft else step
             row["answers"] = pol["answers"]
             for k in ("valid_fraction", "mean_time_s", "mean_raw_reward", "mean_score"):
                 v = pol[k]

@@ -62,12 +62,11 @@ from rpg_llm.loop.dist import Dist
 from rpg_llm.loop.execution import execute_rollout, rollout_actions
 from rpg_llm.loop.recording import Console, Recorder, StepRecord, step_record
 from rpg_llm.loop.rollout import Rollout, make_prompts
-from rpg_llm.loop.runfolder import TRL_DIR, RunFolder
+from rpg_llm.loop.runfolder import RunFolder
 from rpg_llm.loop.setup import create_folder, open_buffer, rebuild, seed_buffer
 
 __all__ = [
     "SEED_STEP",
-    "TRL_FOLDER",
     "RPGRun",
     "RelativeReward",
     "BufferPrompts",
@@ -83,8 +82,6 @@ __all__ = [
 log = logging.getLogger("rpg_llm.loop")
 
 SEED_STEP = 0
-TRL_FOLDER = TRL_DIR
-"""Subfolder of the run folder holding TRL's checkpoints (``checkpoint-<global step>``)."""
 
 
 def completion_text(completion: Any) -> str:
@@ -551,11 +548,13 @@ def trained_model(model: Any, run_dir: str | Path, step: int | None = None) -> t
         ValueError: ``run_dir`` has no TRL checkpoint (of ``step``), or one with neither an
             adapter nor model weights (names the folder).
     """
-    trl_dir = RunFolder(Path(run_dir)).trl_dir
-    step = trl_done_steps(run_dir) if step is None else step
-    folder = trl_dir / f"checkpoint-{step}"
+    run = RunFolder(Path(run_dir))
+    asked = step
+    step = run.latest_trl_checkpoint() if asked is None else asked
+    folder = run.trl_checkpoint_path(step)
     if step == 0 or not folder.is_dir():
-        raise ValueError(f"{run_dir}: no TRL checkpoint ({trl_dir.name}/checkpoint-N) to load")
+        which = "checkpoint-N" if asked is None else f"checkpoint-{asked}"
+        raise ValueError(f"{run_dir}: no TRL checkpoint {run.trl_dir.name}/{which} to load")
     if (folder / "adapter_config.json").exists():
         from peft import PeftModel
 
@@ -629,7 +628,7 @@ def train_trl(
                 run.console.close()
                 planned = replace(cfg, steps=cfg.steps + run.next_step - 1 - last)
                 run.console = Console(planned, run.next_step, d.main, progress)
-            checkpoint = str(out / f"checkpoint-{last}") if last else None
+            checkpoint = str(run.folder.trl_checkpoint_path(last)) if last else None
             if last < cfg.steps:
                 with warnings.catch_warnings():
                     # transformers 5 deprecates the name TRL 1.16 calls; nothing for a user to do

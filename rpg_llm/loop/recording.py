@@ -317,7 +317,8 @@ class Console:
         left = self.cfg.steps - step
         self.say(
             f"execution budget {self.cfg.exec_budget_s:g} s per chain spent after step {step}: "
-            f"stopping ({left} of the {self.cfg.steps} steps not needed)"
+            f"stopping ({left} of the {self.cfg.steps} step{'s' * (self.cfg.steps != 1)} "
+            "not needed)"
         )
 
     def close(self) -> None:

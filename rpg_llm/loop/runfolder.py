@@ -345,6 +345,10 @@ class RunFolder:
         """TRL's checkpoints of an ``--engine trl`` run (``checkpoint-<global step>``)."""
         return self.root / TRL_DIR
 
+    def trl_checkpoint_path(self, step: int) -> Path:
+        """TRL's checkpoint of global step ``step`` (``trl/checkpoint-<step>``)."""
+        return self.trl_dir / f"checkpoint-{step}"
+
     def latest_trl_checkpoint(self) -> int:
         """TRL's last checkpointed global step (0: none); read without importing TRL."""
         names = (p.name.split("-", 1) for p in self.trl_dir.glob("checkpoint-*") if p.is_dir())

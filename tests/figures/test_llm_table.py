@@ -323,8 +323,9 @@ def test_a_run_killed_between_its_last_checkpoint_and_metrics_is_finished(tmp_pa
 def test_a_trl_run_killed_between_its_last_checkpoint_and_metrics_is_finished(
     tmp_path, tiny_model_dir
 ):
-    """The same for an ``--engine trl`` run: TRL's ``trl/checkpoint-2`` counts as step 2 run,
-    a PPO checkpoint folder in it does not."""
+    """The same rule for an ``--engine trl`` run: TRL's ``trl/checkpoint-2`` counts as step 2
+    run, a PPO checkpoint in it does not. (TRL itself writes a step's metrics line before its
+    checkpoint, so this state is made by hand: the rule is a safeguard there.)"""
     from rpg_llm.loop.runfolder import RunFolder
 
     out = tmp_path / "t"
@@ -335,6 +336,8 @@ def test_a_trl_run_killed_between_its_last_checkpoint_and_metrics_is_finished(
     rows = [[(3.0, 0.5), (3.0, 0.6)], [(6.0, 0.4), (1.0, 0.5)]]  # spent after step 2
     _make_run(spec.run_dir, cfg.to_dict(), rows, steps=1)
     (spec.run_dir / "checkpoints" / "step_000002").mkdir(parents=True)
+    (spec.run_dir / "checkpoints" / "step_000002" / "trainer.pt").write_bytes(b"")
+    assert RunFolder(spec.run_dir).latest_checkpoint() == 2
     assert lt.run_state(spec, cfg) == "resume"
     (spec.run_dir / "trl" / "checkpoint-2").mkdir(parents=True)
     assert RunFolder(spec.run_dir).trained_step("trl") == 2
@@ -912,11 +915,22 @@ def test_probe_rows_and_figure_from_hand_made_probes(tmp_path):
     assert [(r["arm"], r["policy"]) for r in rows] == [
         ("rpg", "sft"), ("rpg", "trained"), ("vanilla", "sft"), ("vanilla", "trained")
     ]  # fmt: skip
-    assert [r["trained_step"] for r in rows] == ["", 3, "", 5]
+    assert [r["trained_step"] for r in rows] == ["", "3", "", "5"]
     assert rows[1]["mean_time_s"] == "3" and rows[0]["mean_score"] == "nan"
     assert float(rows[3]["valid_fraction"]) - float(rows[2]["valid_fraction"]) == 0.25
     png, pdf = lt.plot_probe(rows, tmp_path)
     assert png.name == "llm_table_probe.png" and png.stat().st_size > 0 and pdf.exists()
+    for bad in ({"trained_step": True}, {"trained_step": 2.5}, {}):
+        write("rpg", 1, (1.0, 4.0, 0.5), (1.0, 3.0, 0.6), **bad)
+        path = tmp_path / "runs" / "churn-auc" / "rpg-seed1" / "probe" / "probe.json"
+        record = json.loads(path.read_text())
+        if not bad:  # neither trained_step nor a "(step N)" label
+            record["policies"][1]["policy"] = "trained"
+            path.write_text(json.dumps(record))
+        with pytest.raises(lt.UsageError, match=f"{path} cannot be read"):
+            lt.probe_rows([lt.RunSpec("churn-auc", "rpg", 1, tmp_path)])
+        path.unlink()
+        path.parent.rmdir()
 
 
 def test_the_full_protocol_has_six_tasks_three_with_a_family_switch():

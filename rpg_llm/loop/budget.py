@@ -58,8 +58,9 @@ class Chain:
 
 def run_label(config: dict) -> str:
     """``"<arm> (seeded|unseeded)"`` from a ``config.json`` (any layout): the arm is the method,
-    with the fixed-lambda arm's lambda and a parent ranking other than the arm's own
-    (``"rpg, parents by raw (seeded)"``), so that every arm of a table is its own curve."""
+    with the fixed-lambda arm's lambda, a parent ranking other than the arm's own
+    (``"rpg, parents by raw (seeded)"``) and a raw reward other than DESIGN.md's
+    (``"rpg, r = percentile (seeded)"``), so that every arm of a table is its own curve."""
     if isinstance(config.get("label"), str):
         return config["label"]
     reward = config.get("reward") or {}
@@ -68,6 +69,8 @@ def run_label(config: dict) -> str:
         method = f"fixed-lambda {reward['fixed_lambda']:g}/s"
     if reward.get("parent_rank", "arm") != "arm":
         method = f"{method}, parents by {reward['parent_rank']}"
+    if reward.get("raw_reward", "design") != "design":  # its values are on another scale
+        method = f"{method}, r = {reward['raw_reward']}"
     seeded = "seeded" if config.get("seeded", config.get("seed_buffer", False)) else "unseeded"
     return f"{method} ({seeded})"
 

@@ -90,3 +90,5 @@ def test_every_arm_is_its_own_budget_curve_label():
     assert label(method="vanilla", parent_rank="rate") == "vanilla, parents by rate (seeded)"
     assert label(method="fixed-lambda", fixed_lambda=0.01) == "fixed-lambda 0.01/s (seeded)"
     assert run_label({"method": "vanilla", "seeded": False}) == "vanilla (unseeded)"
+    pct = label(method="rpg", parent_rank="raw", raw_reward="percentile")
+    assert pct == "rpg, parents by raw, r = percentile (seeded)"

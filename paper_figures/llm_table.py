@@ -83,6 +83,12 @@ actor learning rate (2e-5 vs 1e-4 on concrete-strength-mae at 2 chains and 12 wa
 chain, criterion the mean over both arms of the table value): the two gave 0.906 and 0.905, so the
 preset's 2e-5 stays. The commands, seeds and values are in
 ``paper_figures/llm_table_tuning.json``; the table's output repeats this (:data:`TUNING_NOTE`).
+
+Resumable slices. Re-running the same command skips finished runs; each run is probed as soon as
+it finishes, so a finished run's folder then holds all the table reads (:data:`RUN_RECORD`, a
+few hundred KB). Keeping those files (in git, say) and dropping the rest (the SFT weights,
+checkpoints, rollouts: several hundred MB a run) keeps the run: a later slice on a new machine
+with the same ``--out`` skips it, and ``--table-only`` reads it.
 """
 
 from __future__ import annotations
@@ -105,6 +111,7 @@ from rpg_core.cli import ArgumentParser, UsageError, comma_list, out_folder, run
 
 __all__ = [
     "PROG",
+    "RUN_RECORD",
     "METHODS",
     "ARMS",
     "ABLATION",
@@ -142,6 +149,17 @@ __all__ = [
 ]
 
 PROG = "python -m paper_figures.llm_table"
+RUN_RECORD = (
+    "config.json",
+    "metrics.jsonl",
+    "buffer.sqlite",
+    "samples.csv",
+    "logs/run.log",
+    "probe/probe.json",
+    "probe/probe.csv",
+)
+"""The files of a finished, probed run folder that the table reads (plus its log), relative to
+the run folder. A folder with only these (no checkpoint) counts as finished and probed."""
 METHODS = ("rpg", "vanilla")
 """The default arms: the paper's two."""
 ARMS: dict[str, tuple[str, ...]] = {
@@ -1065,7 +1083,8 @@ def probe_is_current(s: TableSettings, spec: RunSpec, engine: str = "ppo") -> bo
     """Whether ``<run>/probe/probe.json`` probed this run as the table asks: ``probe_answers``
     answers for each of ``probe_parents`` parents, with the policy of the run's last checkpoint
     (a run extended since, or another count, is probed again). The step is ``trained_step``, or
-    for an older file the ``(step N)`` of the trained policy's label."""
+    for an older file the ``(step N)`` of the trained policy's label. A folder with no checkpoint
+    of either engine is a kept record (:data:`RUN_RECORD`): its probe stands if the counts match."""
     from rpg_llm.loop.runfolder import RunFolder
 
     try:
@@ -1075,7 +1094,11 @@ def probe_is_current(s: TableSettings, spec: RunSpec, engine: str = "ppo") -> bo
         answers = record["answers_per_parent"]
     except (OSError, ValueError, AttributeError, KeyError, IndexError, StopIteration, TypeError):
         return False
-    current = RunFolder(spec.run_dir).trained_step(engine)
+    folder = RunFolder(spec.run_dir)
+    current = folder.trained_step(engine)
+    kept = folder.latest_checkpoint() is None and not folder.latest_trl_checkpoint()
+    if current is None and kept:
+        current = step  # a kept record (RUN_RECORD): no policy left to probe, the probe stands
     return (answers, parents, step) == (s.probe_answers, s.probe_parents, current)
 
 
@@ -1672,21 +1695,27 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
     failed = []
     for i, p in enumerate(specs, 1):
         state = states[p]
-        if state == "done" or args.table_only:
+        if args.table_only:
             print(f"[{i}/{len(specs)}] {p}: {'skip (finished)' if state == 'done' else state}")
             continue
-        print(f"[{i}/{len(specs)}] {p}: {state} -> {p.run_dir} (log {p.log_path})", flush=True)
-        rc, wall = _run_one(s, p, state)
-        print(f"[{i}/{len(specs)}] {p}: exit {rc} after {wall:.1f} s", flush=True)
-        if rc != 0 or run_state(p, cfgs[p]) != "done":
-            failed.append(p)
-    if s.probe_answers and not args.table_only:
-        for i, p in enumerate(specs, 1):
-            if p not in failed and run_state(p, cfgs[p]) == "done":
-                rc = _probe_run(s, p, cfgs[p].engine)
-                print(f"[{i}/{len(specs)}] {p}: probe exit {rc} ({p.run_dir / 'probe'})")
-                if rc != 0:
-                    failed.append(p)
+        if state == "done":
+            print(f"[{i}/{len(specs)}] {p}: skip (finished)")
+        else:
+            print(f"[{i}/{len(specs)}] {p}: {state} -> {p.run_dir} (log {p.log_path})", flush=True)
+            rc, wall = _run_one(s, p, state)
+            print(f"[{i}/{len(specs)}] {p}: exit {rc} after {wall:.1f} s", flush=True)
+            if rc != 0 or run_state(p, cfgs[p]) != "done":
+                failed.append(p)
+                continue
+        # probed at once, so that a finished run's folder is complete (RUN_RECORD) and can be kept
+        if s.probe_answers:
+            t0 = time.perf_counter()
+            rc = _probe_run(s, p, cfgs[p].engine)
+            wall = time.perf_counter() - t0
+            where = p.run_dir / "probe"
+            print(f"[{i}/{len(specs)}] {p}: probe exit {rc} after {wall:.1f} s ({where})")
+            if rc != 0:
+                failed.append(p)
     rows, written = write_table(s, specs, cfgs, out, args.points)
     if rows:
         avg, dropped = trimmed_average([r.pct for r in rows])

@@ -963,7 +963,7 @@ def test_run_args_add_to_the_protocols_and_the_protocol_is_printed(
     assert lt._config_for(s, spec).reward.time_measure == "wall"
     text = lt.protocol_text(base, "cpu")
     assert "tasks churn-auc" in text and "run seeds 0, 1" in text and "CPU seconds" in text
-    assert f"none ({base.steps} steps for every run" in text  # --exec-budget none
+    assert base.steps == 1 and "none (1 step for every run" in text  # --exec-budget none
     assert lt._settings_from_args(lt._parser().parse_args(["--quick"])) == lt.QUICK
     assert lt._settings_from_args(lt._parser().parse_args([])) == lt.FULL
 
@@ -1047,6 +1047,65 @@ def test_probe_runs_after_the_finished_runs_and_feeds_the_table(
         rows = list(csv.DictReader(fh))
     assert len(rows) == 8 and {r["mean_time_s"] for r in rows} == {"2", "1"}
     assert (out / "llm_table_probe.png").exists()
+
+
+def test_each_run_is_probed_when_it_finishes_and_its_kept_record_stands(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    """Runs and probes alternate (run, its probe, next run); a copy of only RUN_RECORD of each
+    folder (no checkpoint, no weights) is skipped as finished and probed by a later slice, which
+    starts nothing and writes the same table and probe CSV."""
+    out = tmp_path / "t"
+    argv = _cli_base(out, tiny_model_dir, "--probe", "2")
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    events = []
+
+    def fake_run(settings, spec, state):
+        events.append(("run", spec.method, spec.seed))
+        _make_run(spec.run_dir, lt._config_for(s, spec).to_dict(), HAND[spec.method, spec.seed])
+        checkpoint = spec.run_dir / "checkpoints" / f"step_{2:06d}"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "trainer.pt").write_bytes(b"weights")
+        return 0, 0.0
+
+    def fake_subprocess(cmd, **kw):  # the probe CLI: writes what rpg_llm.probe writes
+        run_dir = Path(cmd[cmd.index("rpg_llm.probe") + 1])
+        events.append(("probe", run_dir.name))
+        pol = {"answers": 8, "valid_fraction": 1.0, "mean_time_s": 2.0, "mean_raw_reward": 0.5}
+        pol["mean_score"] = 0.1
+        pols = [pol | {"policy": "sft"}, pol | {"policy": "trained (step 2)", "mean_time_s": 1.0}]
+        record = {"answers_per_parent": 2, "parent_ids": [1, 2, 3, 4], "trained_step": 2}
+        (run_dir / "probe").mkdir()
+        (run_dir / "probe" / "probe.json").write_text(json.dumps(record | {"policies": pols}))
+        (run_dir / "probe" / "probe.csv").write_text("policy\nsft\n")
+
+        class Done:
+            returncode = 0
+
+        return Done()
+
+    monkeypatch.setattr(lt, "_run_one", fake_run)
+    monkeypatch.setattr(lt.subprocess, "run", fake_subprocess)
+    assert lt.main(argv) == 0
+    assert events == [
+        e
+        for m, k in (("rpg", 0), ("vanilla", 0), ("rpg", 1), ("vanilla", 1))
+        for e in (("run", m, k), ("probe", f"{m}-seed{k}"))
+    ]
+    kept = tmp_path / "kept"
+    for f in out.glob("runs/*/*/*"):
+        rel = f.relative_to(out)
+        if Path(*rel.parts[3:]).as_posix() in lt.RUN_RECORD or rel.parts[3] in ("probe", "logs"):
+            for g in [f] if f.is_file() else f.iterdir():
+                target = kept / g.relative_to(out)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(g.read_bytes())
+    assert not list(kept.glob("runs/*/*/checkpoints"))
+    monkeypatch.setattr(lt, "_run_one", lambda *a: pytest.fail(f"ran {a[1]} again"))
+    monkeypatch.setattr(lt.subprocess, "run", lambda cmd, **kw: pytest.fail(f"started {cmd}"))
+    assert lt.main([*argv[:1], str(kept), *argv[2:]]) == 0
+    for name in ("llm_table.csv", "llm_table_probe.csv"):
+        assert (kept / name).read_text() == (out / name).read_text()
 
 
 def test_a_stored_probe_is_reused_only_for_the_same_counts_and_checkpoint(tmp_path, monkeypatch):

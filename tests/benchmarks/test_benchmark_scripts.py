@@ -105,6 +105,47 @@ def test_seed_rates_cli_reads_a_run_folder_and_refuses_others(tmp_path, capsys):
     assert "not a run folder" in capsys.readouterr().err
 
 
+def test_score_at_budget_reads_scores_not_the_stored_raw_reward(tmp_path, capsys):
+    """A run trained on the percentile (its stored raw rewards are 0.01): chain 0 has 0.7 at
+    1 s, an invalid script (-10) at 3 s, 0.8 at 4 s, so 0.7 at B = 3.5; chain 1's only sample
+    ends at 4 s (no value); chain 2 is one invalid script (-10): (0.7 - 10) / 2 = -4.65.
+    On a lower-is-better copy of the task, 2.5 beats half of the board [1, 2, 3, 4]."""
+    from dataclasses import replace
+
+    from score_at_budget import main as score_main
+
+    from rpg_llm.config import LoopConfig
+    from rpg_llm.loop.runfolder import RunFolder
+    from testkit.toy_competition import ACCURACY, build_competition
+
+    def run(name: str, task: str, scores: list) -> Path:
+        cfg = replace(LoopConfig(), task=task, data_root=str(tmp_path / "comps"))
+        folder = RunFolder(tmp_path / name)
+        folder.create(cfg.to_dict())
+        folder.append_samples_csv(
+            [
+                {"step": s, "row": r, "status": "ok" if x != "" else "invalid", "score": x,
+                 "raw_reward": 0.01, "time_s": t, "script": "a.py"}
+                for s, r, x, t in scores
+            ]
+        )  # fmt: skip
+        return folder.root
+
+    build_competition(tmp_path / "comps", "toy-board", ACCURACY, lower=False, board=[0.6, 0.9])
+    build_competition(tmp_path / "comps", "toy-loss", ACCURACY, lower=True, board=[1, 2, 3, 4])
+    seed = (0, 0, 0.99, 0.1)  # step 0: never part of a chain
+    hi = run("hi", "toy-board", [seed, (1, 0, 0.7, 1.0), (1, 1, 0.9, 4.0), (1, 2, "", 0.5),
+                                 (2, 0, "", 2.0), (3, 0, 0.8, 1.0)])  # fmt: skip
+    lo = run("lo", "toy-loss", [seed, (1, 0, 2.5, 1.0)])
+    assert score_main(["--budget", "3.5", str(hi)]) == 0
+    assert "-4.6500 (2 of 3 chains with a value at 3.5)" in capsys.readouterr().out
+    assert score_main(["--budget", "3.5", str(lo), str(lo)]) == 0
+    assert "mean 0.5000 +- 0.0000 over 2 runs" in capsys.readouterr().out
+    assert score_main(["--budget", "0", str(lo)]) == 2
+    assert score_main(["--budget", "1", str(tmp_path)]) == 2
+    assert "not a run folder" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_gpu_ppo_step_script_runs_tiny_on_cpu():
     script = ROOT / "benchmarks" / "gpu_ppo_step.py"

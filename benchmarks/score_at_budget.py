@@ -100,7 +100,8 @@ def _main(argv: Sequence[str] | None) -> int:
         res = curve([Chain("", t, b) for t, b in chains], np.array([args.budget]))
         value, n = float(res["mean_best"][0]), int(res["n_chains"][0])
         values.append(value)
-        print(f"{f.root}: {value:.4f} ({n} of {len(chains)} chains with a value at {args.budget:g})")
+        at = f"{n} of {len(chains)} chains with a value at {args.budget:g}"
+        print(f"{f.root}: {value:.4f} ({at})")
     v = np.array([x for x in values if np.isfinite(x)])
     se = float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
     print(f"mean {v.mean():.4f} +- {se:.4f} over {len(v)} runs")

@@ -118,7 +118,7 @@ def test_score_at_budget_reads_scores_not_the_stored_raw_reward(tmp_path, capsys
     from rpg_llm.loop.runfolder import RunFolder
     from testkit.toy_competition import ACCURACY, build_competition
 
-    def run(name: str, task: str, scores: list) -> Path:
+    def run(name: str, task: str, scores: list):
         cfg = replace(LoopConfig(), task=task, data_root=str(tmp_path / "comps"))
         folder = RunFolder(tmp_path / name)
         folder.create(cfg.to_dict())

@@ -68,10 +68,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from rpg_llm.config import LoopConfig
-    from rpg_llm.env import tasks
+    from seed_rates import run_boards
+
     from rpg_llm.loop.budget import Chain, curve
-    from rpg_llm.loop.runfolder import RunFolder
 
     p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     p.add_argument("run_dirs", nargs="+", help="run folders (python -m rpg_llm.run --out)")
@@ -79,21 +78,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args = p.parse_args(argv)
     if not args.budget > 0:
         raise UsageError(f"--budget must be > 0 seconds, got {args.budget}")
-    folders = [RunFolder(d) for d in args.run_dirs]
-    for f in folders:
-        if not (f.config_path.exists() and f.samples_csv_path.exists()):
-            raise UsageError(f"{f.root} is not a run folder (no config.json or samples.csv)")
     values = []
-    for f in folders:
-        cfg = LoopConfig.from_dict(f.load_config())
-        root = Path(cfg.data_root) if cfg.data_root else None
-        try:
-            comp = tasks.load_competition(tasks.resolve_id(cfg.task), root)
-        except ValueError as err:
-            raise UsageError(str(err)) from None
-        if comp.leaderboard is None or len(comp.leaderboard) == 0:
-            raise UsageError(f"{f.root}: task {comp.id} has no leaderboard")
-        board = comp.leaderboard["score"].to_numpy(dtype=np.float64)
+    for f, _, comp, board in run_boards(args.run_dirs):
         chains = design_chains(f.read_samples_csv(), board, comp.lower_is_better)
         if not chains:
             raise UsageError(f"{f.root} has no training sample")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,11 @@ from rpg_core.cli import ArgumentParser, UsageError, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from rpg_llm.config import LoopConfig
+    from rpg_llm.env.tasks.format import Competition
+    from rpg_llm.loop.runfolder import RunFolder
 
 PROG = "python benchmarks/seed_rates.py"
 
@@ -82,18 +88,28 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(PROG, _main, argv)
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def run_boards(
+    run_dirs: Sequence[str],
+) -> list[tuple[RunFolder, LoopConfig, Competition, np.ndarray]]:
+    """Each run folder with its config, competition and leaderboard scores.
+
+    Returns:
+        ``(folder, cfg, competition, board)`` per run, in order: ``RunFolder``, ``LoopConfig``,
+        ``rpg_llm.env.tasks`` competition and its leaderboard scores, float64 ``(n,)``.
+
+    Raises:
+        UsageError: a folder without ``config.json`` or ``samples.csv``, an unknown task, or a
+            task without a leaderboard (each names the folder or the task).
+    """
     from rpg_llm.config import LoopConfig
     from rpg_llm.env import tasks
     from rpg_llm.loop.runfolder import RunFolder
 
-    p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
-    p.add_argument("run_dirs", nargs="+", help="run folders (python -m rpg_llm.run --out)")
-    args = p.parse_args(argv)
-    folders = [RunFolder(d) for d in args.run_dirs]
+    folders = [RunFolder(d) for d in run_dirs]
     for f in folders:
         if not (f.config_path.exists() and f.samples_csv_path.exists()):
             raise UsageError(f"{f.root} is not a run folder (no config.json or samples.csv)")
+    out = []
     for f in folders:
         cfg = LoopConfig.from_dict(f.load_config())
         root = Path(cfg.data_root) if cfg.data_root else None
@@ -103,7 +119,15 @@ def _main(argv: Sequence[str] | None) -> int:
             raise UsageError(str(err)) from None
         if comp.leaderboard is None or len(comp.leaderboard) == 0:
             raise UsageError(f"{f.root}: task {comp.id} has no leaderboard")
-        board = comp.leaderboard["score"].to_numpy(dtype=np.float64)
+        out.append((f, cfg, comp, comp.leaderboard["score"].to_numpy(dtype=np.float64)))
+    return out
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
+    p.add_argument("run_dirs", nargs="+", help="run folders (python -m rpg_llm.run --out)")
+    args = p.parse_args(argv)
+    for f, cfg, comp, board in run_boards(args.run_dirs):
         unit = "CPU-s" if cfg.reward.time_measure == "cpu" else "s"
         rates = seed_rates(f.read_samples_csv(), board, comp.lower_is_better)
         print(f"\n{f.root} ({comp.id}, raw reward {cfg.reward.raw_reward}, time in {unit})\n")

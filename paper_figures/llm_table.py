@@ -85,8 +85,8 @@ preset's 2e-5 stays. The commands, seeds and values are in
 ``paper_figures/llm_table_tuning.json``; the table's output repeats this (:data:`TUNING_NOTE`).
 
 Resumable slices. Re-running the same command skips finished runs; each run is probed as soon as
-it finishes, so a finished run's folder then holds all the table reads (:data:`RUN_RECORD`, a
-few hundred KB). Keeping those files (in git, say) and dropping the rest (the SFT weights,
+it finishes, so a finished run's folder then holds all the table reads (:data:`RUN_RECORD`,
+about 120 KB here). Keeping those files (in git, say) and dropping the rest (the SFT weights,
 checkpoints, rollouts: several hundred MB a run) keeps the run: a later slice on a new machine
 with the same ``--out`` skips it, and ``--table-only`` reads it.
 """

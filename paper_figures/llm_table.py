@@ -107,7 +107,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rpg_core.cli import ArgumentParser, UsageError, comma_list, out_folder, run_cli
+from rpg_core.cli import ArgumentParser, UsageError, comma_list, count, out_folder, run_cli
 
 __all__ = [
     "PROG",
@@ -1412,8 +1412,7 @@ def _seconds_unit(time_measure: str) -> str:
 
 def _budget_text(s: TableSettings, time_measure: str = "wall") -> str:
     if s.exec_budget_s is None:
-        steps = f"{s.steps} step{'s' * (s.steps != 1)}"
-        return f"none ({steps} for every run; read at the common final budget)"
+        return f"none ({count(s.steps, 'step')} for every run; read at the common final budget)"
     return f"{s.exec_budget_s:g} {_seconds_unit(time_measure)} per chain, steps <= {s.steps}"
 
 

@@ -28,7 +28,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
-__all__ = ["ArgumentParser", "UsageError", "at_least", "comma_list", "out_folder", "run_cli"]
+__all__ = [
+    "ArgumentParser",
+    "UsageError",
+    "at_least",
+    "comma_list",
+    "count",
+    "out_folder",
+    "run_cli",
+]
 
 T = TypeVar("T")
 
@@ -78,6 +86,12 @@ def comma_list(
         return values
 
     return parse
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun`` for a message, the noun plural unless ``n == 1``: ``"1 step"``,
+    ``"10 steps"`` (nouns whose plural adds an ``s``)."""
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def at_least(flag: str, value: float, low: float) -> None:

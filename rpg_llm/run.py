@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rpg_core.cli import ArgumentParser, UsageError, out_folder, run_cli
+from rpg_core.cli import ArgumentParser, UsageError, count, out_folder, run_cli
 
 __all__ = [
     "main",
@@ -434,8 +434,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if resume and _finished(run_dir, cfg.steps, cfg.engine):
         if rank == 0:
             print(
-                f"nothing to run: the run has finished its {cfg.steps} "
-                f"step{'s' * (cfg.steps != 1)} "
+                f"nothing to run: the run has finished its {count(cfg.steps, 'step')} "
                 f"(give --steps above {cfg.steps} to extend it)"
             )
         return 0

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rpg_core.cli import count
 from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.rewards import StepRewards
 from rpg_llm.loop.runfolder import RunFolder
@@ -317,8 +318,7 @@ class Console:
         left = self.cfg.steps - step
         self.say(
             f"execution budget {self.cfg.exec_budget_s:g} s per chain spent after step {step}: "
-            f"stopping ({left} of the {self.cfg.steps} step{'s' * (self.cfg.steps != 1)} "
-            "not needed)"
+            f"stopping ({left} of the {count(self.cfg.steps, 'step')} not needed)"
         )
 
     def close(self) -> None:

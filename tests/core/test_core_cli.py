@@ -120,3 +120,9 @@ def test_the_shared_argument_types_name_the_flag_and_the_value(tmp_path, capsys)
         assert str(err.value) == message
     with pytest.raises(UsageError, match=r"already holds a run \(config.json\)"):
         out_folder("--out", str(tmp_path / "run"), holds="config.json")
+
+
+def test_count_makes_the_noun_plural_except_for_one():
+    from rpg_core.cli import count
+
+    assert [count(n, "step") for n in (0, 1, 2, 10)] == ["0 steps", "1 step", "2 steps", "10 steps"]

@@ -54,7 +54,7 @@ from trl.trainer.grpo_trainer import GRPOTrainer
 
 from rpg_llm.config import LoopConfig
 from rpg_llm.env.sandbox.workdir import remove_stale_workdirs
-from rpg_llm.loop.accounting import INFRA, Accounts, RateTracker
+from rpg_llm.loop.accounting import INFRA, Accounts, RateTracker, check_task_rewards
 from rpg_llm.loop.backends import Backends, default_backends
 from rpg_llm.loop.budget import budget_spent
 from rpg_llm.loop.buffer import Sample
@@ -144,7 +144,9 @@ class RPGRun:
         records: the :class:`rpg_llm.loop.recording.StepRecord` of each scored step.
 
     Raises:
-        ValueError: a folder that already holds a run (without ``resume``), a missing task.
+        ValueError: a folder that already holds a run (without ``resume``), a missing task,
+            ``--raw-reward percentile`` for a task with rewards of its own (before the folder
+            is created).
     """
 
     def __init__(
@@ -165,6 +167,7 @@ class RPGRun:
             raise ValueError(msg)
         self.folder = RunFolder(Path(run_dir))
         self.task = self.backends.load_task(cfg.task, cfg.data_root)
+        check_task_rewards(cfg.reward, self.task.own_rewards())  # before the folder is created
         if resume:
             self.folder.load_config()
             self.folder.check_resumable()

@@ -226,3 +226,13 @@ def test_completion_text_forms():
     with pytest.raises(TypeError, match="int"):
         completion_text(3)
     assert math.isfinite(float(np.float64(1.0)))
+
+
+def test_percentile_for_a_task_with_its_own_rewards_is_refused_before_the_folder_exists(tmp_path):
+    b = _backends()
+    own = types.SimpleNamespace(id="own", own_rewards=lambda: object())  # e.g. the speedrun
+    b.load_task = lambda task, data_root: own
+    cfg = _cfg("rpg", reward=RewardConfig("rpg", timeout_s=TIMEOUT_S, raw_reward="percentile"))
+    with pytest.raises(ValueError, match="--raw-reward percentile: this task has rewards"):
+        RPGRun(cfg, tmp_path / "run", backends=b)
+    assert not (tmp_path / "run").exists()

@@ -1,7 +1,9 @@
 """A run's table value in DESIGN.md's raw reward, whatever raw reward it trained on: the mean over
 its chains of the best DESIGN.md raw reward (the score of a higher-is-better task, the leaderboard
 percentile of a lower-is-better one, -10 for an invalid sample) finished within ``B`` seconds of
-the run's time measure, step-0 seeds excluded; then mean +- s.e. over the runs given.
+the run's time measure, step-0 seeds excluded; then mean +- s.e. over the runs given that have a
+value at ``B`` (a run none of whose chains finished a sample within ``B`` is left out, and the
+count printed says so).
 
     python benchmarks/score_at_budget.py --budget 30 RUN_DIR [RUN_DIR ...]
 
@@ -89,8 +91,11 @@ def _main(argv: Sequence[str] | None) -> int:
         at = f"{n} of {len(chains)} chains with a value at {args.budget:g}"
         print(f"{f.root}: {value:.4f} ({at})")
     v = np.array([x for x in values if np.isfinite(x)])
+    if not len(v):
+        print(f"mean: none of the {len(values)} runs has a value at {args.budget:g}")
+        return 0
     se = float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
-    print(f"mean {v.mean():.4f} +- {se:.4f} over {len(v)} runs")
+    print(f"mean {v.mean():.4f} +- {se:.4f} over {len(v)} of {len(values)} runs")
     return 0
 
 

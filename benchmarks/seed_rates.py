@@ -1,7 +1,8 @@
 """Which seeded baseline a reward rate favours: each run's step-0 scripts with their score,
 leaderboard percentile, time ``delta`` (the run's ``--time`` measure) and ``r / delta`` for the
-two raw rewards of ``--raw-reward``: DESIGN.md's (the score when higher is better) and the
-leaderboard percentile.
+two raw rewards of ``--raw-reward``: DESIGN.md's (the score when higher is better, else the
+leaderboard percentile; recomputed from the score, whatever the run used) and the leaderboard
+percentile.
 
     python benchmarks/seed_rates.py RUN_DIR [RUN_DIR ...]
 
@@ -35,7 +36,10 @@ PROG = "python benchmarks/seed_rates.py"
 
 
 def seed_rates(
-    rows: Sequence[dict[str, str]], board: np.ndarray, lower_is_better: bool
+    rows: Sequence[dict[str, str]],
+    board: np.ndarray,
+    lower_is_better: bool,
+    time_floor_s: float = 0.1,
 ) -> list[dict[str, float | int]]:
     """Rates of a run's valid step-0 samples.
 
@@ -44,33 +48,34 @@ def seed_rates(
             step 0 with a score are used.
         board: the task's leaderboard scores, shape ``(n,)``, ``n >= 1``.
         lower_is_better: the score's direction.
+        time_floor_s: smallest time charged, seconds (the run's ``--time-floor``).
 
     Returns:
-        One dict per valid seed, in row order: ``row``, ``score``, ``raw_reward`` (as stored),
-        ``percentile``, ``time_s``, ``rate_raw`` and ``rate_percentile`` (per second, the time
-        floored at 0.1 s as the rewards floor it), ``rank_raw`` and ``rank_percentile`` (1: the
-        highest rate).
+        One dict per valid seed, in row order: ``row``, ``score``, ``raw_reward`` (DESIGN.md's:
+        the score, or the percentile when lower is better), ``percentile``, ``time_s``,
+        ``rate_raw`` and ``rate_percentile`` (per second, the time floored at ``time_floor_s`` as
+        the rewards floor it), ``rank_raw`` and ``rank_percentile`` (1: the highest rate).
 
     Raises:
         ValueError: no valid step-0 sample, or an empty board.
     """
     from rpg_llm.env.tasks.grading import leaderboard_percentile
-    from rpg_llm.loop.rewards import TIME_FLOOR_S
 
     out: list[dict[str, float | int]] = []
     for r in rows:
         if r["step"] != "0" or r["score"] in ("", None):
             continue
-        score, t = float(r["score"]), max(float(r["time_s"]), TIME_FLOOR_S)
+        score, t = float(r["score"]), max(float(r["time_s"]), time_floor_s)
         pct = leaderboard_percentile(score, board, lower_is_better)
+        raw = pct if lower_is_better else score
         out.append(
             {
                 "row": int(r["row"]),
                 "score": score,
-                "raw_reward": float(r["raw_reward"]),
+                "raw_reward": raw,
                 "percentile": pct,
                 "time_s": float(r["time_s"]),
-                "rate_raw": float(r["raw_reward"]) / t,
+                "rate_raw": raw / t,
                 "rate_percentile": pct / t,
             }
         )
@@ -129,8 +134,9 @@ def _main(argv: Sequence[str] | None) -> int:
     args = p.parse_args(argv)
     for f, cfg, comp, board in run_boards(args.run_dirs):
         unit = "CPU-s" if cfg.reward.time_measure == "cpu" else "s"
-        rates = seed_rates(f.read_samples_csv(), board, comp.lower_is_better)
-        print(f"\n{f.root} ({comp.id}, raw reward {cfg.reward.raw_reward}, time in {unit})\n")
+        rows = f.read_samples_csv()
+        rates = seed_rates(rows, board, comp.lower_is_better, cfg.reward.time_floor_s)
+        print(f"\n{f.root} ({comp.id}, run's raw reward {cfg.reward.raw_reward}, time in {unit})\n")
         rate = f"/ {unit} (rank)"
         print(f"| row | score | percentile | {unit} | r {rate} | percentile {rate} |")
         print("| ---: | ---: | ---: | ---: | ---: | ---: |")

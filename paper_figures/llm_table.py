@@ -474,6 +474,7 @@ def task_row(
     """The table row of one task from its finished runs' chains.
 
     Args:
+        task: the task's id (the row's label).
         runs: arm (``rpg``, ``vanilla``, ...) -> seed -> that run's chains
             (``rpg_llm.loop.budget``).
         raw_reward: what the raw reward is for this task (for the table's label).
@@ -483,7 +484,7 @@ def task_row(
         arms: the arms of the row, in column order (``rpg`` among them).
 
     Raises:
-        ValueError: an arm without a finished run.
+        ValueError: an arm without a finished run, or ``exec_budget_s`` not > 0.
     """
     for m in arms:
         if not runs.get(m):
@@ -1137,22 +1138,25 @@ def probe_rows(specs: Sequence[RunSpec]) -> list[dict]:
         try:
             record = json.loads(path.read_text())
             step = str(_probed_step(record))
-            policies = list(record["policies"])
+            rows += [_probe_row(p, pol, step) for pol in record["policies"]]
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise UsageError(
-                f"{path} cannot be read ({err}); remove it to probe the run again"
+                f"{path} cannot be read ({err!r}); remove it to probe the run again"
             ) from None
-        for pol in policies:
-            row = {"task": p.task, "arm": p.method, "seed": p.seed}
-            sft = pol["policy"] == "sft"
-            row |= {"policy": "sft" if sft else "trained"}
-            row["trained_step"] = "" if sft else step
-            row["answers"] = pol["answers"]
-            for k in ("valid_fraction", "mean_time_s", "mean_raw_reward", "mean_score"):
-                v = pol[k]
-                row[k] = _g(math.nan if v is None else float(v))
-            rows.append(row)
     return rows
+
+
+def _probe_row(spec: RunSpec, pol: dict, step: str) -> dict:
+    """One policy's entry of a ``probe.json`` as a :data:`PROBE_FIELDS` row (KeyError,
+    TypeError or ValueError on a malformed entry)."""
+    sft = pol["policy"] == "sft"
+    row = {"task": spec.task, "arm": spec.method, "seed": spec.seed}
+    row |= {"policy": "sft" if sft else "trained", "trained_step": "" if sft else step}
+    row["answers"] = pol["answers"]
+    for k in ("valid_fraction", "mean_time_s", "mean_raw_reward", "mean_score"):
+        v = pol[k]
+        row[k] = _g(math.nan if v is None else float(v))
+    return row
 
 
 def plot_probe(rows: Sequence[dict], out: Path) -> tuple[Path, Path]:

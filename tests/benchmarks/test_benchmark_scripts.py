@@ -76,6 +76,21 @@ def test_seed_rates_rank_by_score_and_by_percentile_by_hand():
         seed_rates(rows[2:], np.array([0.5]), lower_is_better=False)
 
 
+def test_seed_rates_use_designs_reward_and_the_runs_time_floor():
+    """A percentile run stores raw rewards 0.01; the rates still use DESIGN.md's reward: the
+    score (0.9 / 0.5 s floored at 1 s = 0.9 per s), or on a lower-is-better board [1, 2, 3, 4]
+    the percentile of 2.5 (0.5; 0.5 / 2 s = 0.25 per s)."""
+    import numpy as np
+    from seed_rates import seed_rates
+
+    rows = [{"step": "0", "row": "0", "score": "0.9", "raw_reward": "0.01", "time_s": "0.5"}]
+    got = seed_rates(rows, np.array([0.6, 0.9]), lower_is_better=False, time_floor_s=1.0)
+    assert got[0]["raw_reward"] == 0.9 and got[0]["rate_raw"] == pytest.approx(0.9)
+    rows = [{"step": "0", "row": "0", "score": "2.5", "raw_reward": "0.01", "time_s": "2.0"}]
+    got = seed_rates(rows, np.array([1.0, 2.0, 3.0, 4.0]), lower_is_better=True)
+    assert got[0]["raw_reward"] == 0.5 and got[0]["rate_raw"] == pytest.approx(0.25)
+
+
 def test_seed_rates_cli_reads_a_run_folder_and_refuses_others(tmp_path, capsys):
     from dataclasses import replace
 
@@ -140,7 +155,11 @@ def test_score_at_budget_reads_scores_not_the_stored_raw_reward(tmp_path, capsys
     assert score_main(["--budget", "3.5", str(hi)]) == 0
     assert "-4.6500 (2 of 3 chains with a value at 3.5)" in capsys.readouterr().out
     assert score_main(["--budget", "3.5", str(lo), str(lo)]) == 0
-    assert "mean 0.5000 +- 0.0000 over 2 runs" in capsys.readouterr().out
+    assert "mean 0.5000 +- 0.0000 over 2 of 2 runs" in capsys.readouterr().out
+    assert score_main(["--budget", "0.5", str(lo), str(hi)]) == 0  # lo: no sample by 0.5 s
+    assert "mean -10.0000 +- nan over 1 of 2 runs" in capsys.readouterr().out
+    assert score_main(["--budget", "0.4", str(lo), str(hi)]) == 0
+    assert "none of the 2 runs has a value at 0.4" in capsys.readouterr().out
     assert score_main(["--budget", "0", str(lo)]) == 2
     assert score_main(["--budget", "1", str(tmp_path)]) == 2
     assert "not a run folder" in capsys.readouterr().err

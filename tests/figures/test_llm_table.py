@@ -931,6 +931,16 @@ def test_probe_rows_and_figure_from_hand_made_probes(tmp_path):
             lt.probe_rows([lt.RunSpec("churn-auc", "rpg", 1, tmp_path)])
         path.unlink()
         path.parent.rmdir()
+    for key in ("mean_time_s", "answers"):  # a policy entry without one of its fields
+        write("rpg", 1, (1.0, 4.0, 0.5), (1.0, 3.0, 0.6), trained_step=2)
+        path = tmp_path / "runs" / "churn-auc" / "rpg-seed1" / "probe" / "probe.json"
+        record = json.loads(path.read_text())
+        del record["policies"][0][key]
+        path.write_text(json.dumps(record))
+        with pytest.raises(lt.UsageError, match=f"{path} cannot be read .*{key}"):
+            lt.probe_rows([lt.RunSpec("churn-auc", "rpg", 1, tmp_path)])
+        path.unlink()
+        path.parent.rmdir()
 
 
 def test_the_full_protocol_has_six_tasks_three_with_a_family_switch():

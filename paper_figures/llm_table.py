@@ -1062,6 +1062,7 @@ PROBE_FIELDS = [
     "mean_time_s",
     "mean_raw_reward",
     "mean_score",
+    "changed_outcomes",
 ]
 
 
@@ -1125,11 +1126,15 @@ def _probed_step(record: dict) -> int:
 def probe_rows(specs: Sequence[RunSpec]) -> list[dict]:
     """The probe summaries (``<run>/probe/probe.json``, :mod:`rpg_llm.probe`) of the runs that
     have one, one row per run and policy (fields :data:`PROBE_FIELDS`; null means -> "nan";
-    ``trained_step`` is the trained policy's step, empty on the SFT row).
+    ``trained_step`` is the trained policy's step, empty on the SFT row; ``changed_outcomes``
+    on the trained row, :func:`rpg_llm.probe.changed_outcomes` of the run's ``probe.csv`` as
+    ``"changed/pairs"``, empty without one).
 
     Raises:
         UsageError: a ``probe.json`` that cannot be read (names the file; probe the run again).
     """
+    from rpg_llm.probe import changed_outcomes
+
     rows = []
     for p in specs:
         path = p.run_dir / "probe" / "probe.json"
@@ -1138,7 +1143,14 @@ def probe_rows(specs: Sequence[RunSpec]) -> list[dict]:
         try:
             record = json.loads(path.read_text())
             step = str(_probed_step(record))
-            rows += [_probe_row(p, pol, step) for pol in record["policies"]]
+            new = [_probe_row(p, pol, step) for pol in record["policies"]]
+            answers = path.with_name("probe.csv")
+            if answers.exists():
+                with open(answers, newline="") as fh:
+                    changed, n = changed_outcomes(list(csv.DictReader(fh)))
+                for row in new:
+                    row["changed_outcomes"] = "" if row["policy"] == "sft" else f"{changed}/{n}"
+            rows += new
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise UsageError(
                 f"{path} cannot be read ({err!r}); remove it to probe the run again"
@@ -1152,7 +1164,7 @@ def _probe_row(spec: RunSpec, pol: dict, step: str) -> dict:
     sft = pol["policy"] == "sft"
     row = {"task": spec.task, "arm": spec.method, "seed": spec.seed}
     row |= {"policy": "sft" if sft else "trained", "trained_step": "" if sft else step}
-    row["answers"] = pol["answers"]
+    row["answers"], row["changed_outcomes"] = pol["answers"], ""
     for k in ("valid_fraction", "mean_time_s", "mean_raw_reward", "mean_score"):
         v = pol[k]
         row[k] = _g(math.nan if v is None else float(v))
@@ -1161,15 +1173,29 @@ def _probe_row(spec: RunSpec, pol: dict, step: str) -> dict:
 
 def plot_probe(rows: Sequence[dict], out: Path) -> tuple[Path, Path]:
     """Per task and arm, trained minus SFT-only policy on the same fixed parents: mean time of
-    the valid answers (s), their mean raw reward and the valid fraction, mean over the arm's
-    probed runs (:func:`probe_rows`); writes ``<out>/llm_table_probe.{png,pdf}``."""
+    the valid answers (s), their mean raw reward and the valid fraction, and the share of
+    answers whose outcome changed (:func:`rpg_llm.probe.changed_outcomes`), each the mean over
+    the arm's probed runs (:func:`probe_rows`); writes ``<out>/llm_table_probe.{png,pdf}``."""
     from paper_figures._common import plt, save_figure
 
     keys = sorted({(r["task"], r["arm"]) for r in rows})
     what = (("mean_time_s", "Δ mean time (s)"), ("mean_raw_reward", "Δ mean raw reward"))
     what += (("valid_fraction", "Δ valid fraction"),)
-    fig, axes = plt.subplots(1, 3, figsize=(11.0, 0.35 * len(keys) + 2.0))
-    for ax, (k, title) in zip(axes, what, strict=True):
+    fig, axes = plt.subplots(1, 4, figsize=(14.0, 0.35 * len(keys) + 2.0))
+    changed = []
+    for task, arm in keys:
+        shares = [
+            int(a) / int(n)
+            for r in rows
+            if (r["task"], r["arm"]) == (task, arm) and r.get("changed_outcomes")
+            for a, n in [r["changed_outcomes"].split("/")]
+        ]
+        changed.append(float(np.mean(shares)) if shares else 0.0)
+    axes[3].barh(range(len(keys)), changed, color="tab:gray")
+    axes[3].set_title("answers with another outcome", fontsize=9)
+    axes[3].set_xlim(0.0, 1.0)
+    axes[3].grid(axis="x", alpha=0.3)
+    for ax, (k, title) in zip(axes[:3], what, strict=True):
         deltas = []
         for task, arm in keys:
             by_seed: dict[int, dict[str, float]] = {}

@@ -34,7 +34,9 @@ from typing import Any
 
 from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli
 
-__all__ = ["PROG", "ProbeSummary", "fixed_parents", "summarise", "probe", "main"]
+__all__ = [
+    "PROG", "ProbeSummary", "fixed_parents", "summarise", "changed_outcomes", "probe", "main"
+]  # fmt: skip
 
 PROG = "python -m rpg_llm.probe"
 PROBE_DIR = "probe"
@@ -114,6 +116,37 @@ def summarise(policy: str, samples: Sequence[Any]) -> ProbeSummary:
         mean_raw_reward=mean([s.raw_reward for s in valid]),
         mean_score=mean([s.score for s in valid if s.score is not None]),
     )
+
+
+def changed_outcomes(answers: Sequence[dict[str, str]]) -> tuple[int, int]:
+    """How many of the trained policy's probe answers had another outcome than the SFT-only
+    policy's answer to the same parent and draw.
+
+    The probe samples both policies with the same seed (:func:`probe`), so an unchanged
+    policy writes the same answers; an answer whose status or score differs is one the training
+    changed (a changed script with the same outcome is not counted: a lower bound).
+
+    Args:
+        answers: ``probe.csv`` rows (:data:`CSV_FIELDS`): ``policy`` (``"sft"`` or
+            the trained label), ``parent_id``, ``answer``, ``status``, ``score``.
+
+    Returns:
+        ``(changed, pairs)``: answers with another ``(status, score)``, and the pairs compared.
+
+    Raises:
+        ValueError: a pair missing on one side, or a trained label that is not one policy.
+    """
+    sides: dict[bool, dict[tuple[str, str], tuple[str, str]]] = {True: {}, False: {}}
+    trained = {r["policy"] for r in answers if r["policy"] != "sft"}
+    if len(trained) > 1:
+        raise ValueError(f"probe answers of more than one trained policy: {sorted(trained)}")
+    for r in answers:
+        key = (str(r["parent_id"]), str(r["answer"]))
+        sides[r["policy"] == "sft"][key] = (r["status"], r["score"])
+    sft, new = sides[True], sides[False]
+    if sft.keys() != new.keys():
+        raise ValueError(f"probe answers not paired: {sorted(sft.keys() ^ new.keys())[:3]}")
+    return sum(sft[k] != new[k] for k in sft), len(sft)
 
 
 def probe(
@@ -287,7 +320,11 @@ def _main(argv: Sequence[str] | None) -> int:
         raise UsageError(message) from None
     for s in summaries:
         print(_line(s))
-    print(f"answers: {Path(args.run_dir) / PROBE_DIR / 'probe.csv'}")
+    answers = Path(args.run_dir) / PROBE_DIR / "probe.csv"
+    with open(answers, newline="") as fh:
+        changed, pairs = changed_outcomes(list(csv.DictReader(fh)))
+    print(f"trained vs sft, same parent and draw: {changed} of {pairs} answers changed outcome")
+    print(f"answers: {answers}")
     return 0
 
 

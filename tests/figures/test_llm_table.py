@@ -911,7 +911,18 @@ def test_probe_rows_and_figure_from_hand_made_probes(tmp_path):
     specs = [write("rpg", 0, (1.0, 4.0, 0.5), (1.0, 3.0, 0.6))]  # step from the label
     specs.append(write("vanilla", 0, (0.5, 2.0, 0.4), (0.75, 2.5, 0.4), trained_step=5))
     specs.append(lt.RunSpec("churn-auc", "vanilla", 1, tmp_path))  # not probed: no rows
+    # rpg seed 0's answers: 2 parents x 2 draws; one draw changed its score, one its status
+    csv_rows = ["policy,parent_id,answer,status,score"]
+    csv_rows += ["sft,5,0,ok,0.5", "sft,5,1,ok,0.6", "sft,7,0,error,", "sft,7,1,ok,0.7"]
+    csv_rows += ["trained (step 3),5,0,ok,0.5", "trained (step 3),5,1,ok,0.65"]
+    csv_rows += ["trained (step 3),7,0,ok,0.4", "trained (step 3),7,1,ok,0.7"]
+    (specs[0].run_dir / "probe" / "probe.csv").write_text("\n".join(csv_rows) + "\n")
     rows = lt.probe_rows(specs)
+    assert [r["changed_outcomes"] for r in rows] == ["", "2/4", "", ""]  # vanilla: no probe.csv
+    (specs[1].run_dir / "probe" / "probe.csv").write_text("\n".join(csv_rows[:-1]) + "\n")
+    with pytest.raises(lt.UsageError, match="cannot be read .*not paired"):
+        lt.probe_rows(specs)
+    (specs[1].run_dir / "probe" / "probe.csv").unlink()
     assert [(r["arm"], r["policy"]) for r in rows] == [
         ("rpg", "sft"), ("rpg", "trained"), ("vanilla", "sft"), ("vanilla", "trained")
     ]  # fmt: skip
@@ -1087,7 +1098,9 @@ def test_each_run_is_probed_when_it_finishes_and_its_kept_record_stands(
         record = {"answers_per_parent": 2, "parent_ids": [1, 2, 3, 4], "trained_step": 2}
         (run_dir / "probe").mkdir()
         (run_dir / "probe" / "probe.json").write_text(json.dumps(record | {"policies": pols}))
-        (run_dir / "probe" / "probe.csv").write_text("policy\nsft\n")
+        answers = "policy,parent_id,answer,status,score\nsft,1,0,ok,0.1\n"
+        answers += "trained (step 2),1,0,ok,0.1\n"
+        (run_dir / "probe" / "probe.csv").write_text(answers)
 
         class Done:
             returncode = 0

@@ -97,6 +97,9 @@ def test_probe_compares_the_two_policies_on_the_same_parents(tiny_model_dir, tmp
     assert trained.mean_time_s == pytest.approx(sum(float(r["time_s"]) for r in good) / 4)
     assert trained.mean_raw_reward == pytest.approx(sum(float(r["raw_reward"]) for r in good) / 4)
     assert all(r["status"] == "invalid" for r in rows if r["policy"] == "sft")
+    assert probe_mod.changed_outcomes(rows) == (4, 4)  # every draw went invalid -> ok
+    same = [r for r in rows if r["policy"] == "sft"]
+    assert probe_mod.changed_outcomes(same + [r | {"policy": "trained"} for r in same]) == (0, 4)
     summary = json.loads((run / "probe" / "probe.json").read_text())
     assert summary["policies"][0]["mean_time_s"] is None
     assert summary["parent_ids"] == sorted(s.id for s in seeds if s.id is not None)

@@ -39,7 +39,7 @@ def seed_rates(
     rows: Sequence[dict[str, str]],
     board: np.ndarray,
     lower_is_better: bool,
-    time_floor_s: float = 0.1,
+    time_floor_s: float | None = None,
 ) -> list[dict[str, float | int]]:
     """Rates of a run's valid step-0 samples.
 
@@ -48,7 +48,8 @@ def seed_rates(
             step 0 with a score are used.
         board: the task's leaderboard scores, shape ``(n,)``, ``n >= 1``.
         lower_is_better: the score's direction.
-        time_floor_s: smallest time charged, seconds (the run's ``--time-floor``).
+        time_floor_s: smallest time charged, seconds (the run's ``--time-floor``; default
+            :data:`rpg_llm.loop.rewards.TIME_FLOOR_S`).
 
     Returns:
         One dict per valid seed, in row order: ``row``, ``score``, ``raw_reward`` (DESIGN.md's:
@@ -60,12 +61,15 @@ def seed_rates(
         ValueError: no valid step-0 sample, or an empty board.
     """
     from rpg_llm.env.tasks.grading import leaderboard_percentile
+    from rpg_llm.loop.rewards import TIME_FLOOR_S
+
+    floor = TIME_FLOOR_S if time_floor_s is None else time_floor_s
 
     out: list[dict[str, float | int]] = []
     for r in rows:
         if r["step"] != "0" or r["score"] in ("", None):
             continue
-        score, t = float(r["score"]), max(float(r["time_s"]), time_floor_s)
+        score, t = float(r["score"]), max(float(r["time_s"]), floor)
         pct = leaderboard_percentile(score, board, lower_is_better)
         raw = pct if lower_is_better else score
         out.append(

@@ -3,7 +3,9 @@ its chains of the best DESIGN.md raw reward (the score of a higher-is-better tas
 percentile of a lower-is-better one, -10 for an invalid sample) finished within ``B`` seconds of
 the run's time measure, step-0 seeds excluded; then mean +- s.e. over the runs given that have a
 value at ``B`` (a run none of whose chains finished a sample within ``B`` is left out, and the
-count printed says so).
+count printed says so). An unfinished run (:func:`rpg_llm.loop.budget.run_finished` on its
+stored config: a run still going, or one stopped before its steps or budget) prints its value so
+far, marked, and is left out of the mean.
 
     python benchmarks/score_at_budget.py --budget 30 RUN_DIR [RUN_DIR ...]
 
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     from seed_rates import run_boards
 
-    from rpg_llm.loop.budget import Chain, curve
+    from rpg_llm.loop.budget import Chain, curve, run_finished, steps_done
 
     p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     p.add_argument("run_dirs", nargs="+", help="run folders (python -m rpg_llm.run --out)")
@@ -81,21 +83,25 @@ def _main(argv: Sequence[str] | None) -> int:
     if not args.budget > 0:
         raise UsageError(f"--budget must be > 0 seconds, got {args.budget}")
     values = []
-    for f, _, comp, board in run_boards(args.run_dirs):
+    for f, cfg, comp, board in run_boards(args.run_dirs):
         chains = design_chains(f.read_samples_csv(), board, comp.lower_is_better)
         if not chains:
             raise UsageError(f"{f.root} has no training sample")
         res = curve([Chain("", t, b) for t, b in chains], np.array([args.budget]))
         value, n = float(res["mean_best"][0]), int(res["n_chains"][0])
-        values.append(value)
         at = f"{n} of {len(chains)} chains with a value at {args.budget:g}"
+        if not run_finished(f, cfg):
+            done = steps_done(f, cfg.engine)
+            print(f"{f.root}: {value:.4f} ({at}; unfinished, step {done} of {cfg.steps}: left out)")
+            continue
+        values.append(value)
         print(f"{f.root}: {value:.4f} ({at})")
     v = np.array([x for x in values if np.isfinite(x)])
     if not len(v):
-        print(f"mean: none of the {len(values)} runs has a value at {args.budget:g}")
+        print(f"mean: none of the {len(values)} finished runs has a value at {args.budget:g}")
         return 0
     se = float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
-    print(f"mean {v.mean():.4f} +- {se:.4f} over {len(v)} of {len(values)} runs")
+    print(f"mean {v.mean():.4f} +- {se:.4f} over {len(v)} of {len(values)} finished runs")
     return 0
 
 

@@ -794,6 +794,7 @@ def run_state(spec: RunSpec, cfg) -> str:
         UsageError: the folder holds a run with other settings (names ``--out`` and the setting).
     """
     from rpg_llm.config import LoopConfig
+    from rpg_llm.loop.budget import run_finished
     from rpg_llm.loop.runfolder import RunFolder
 
     folder = RunFolder(spec.run_dir)
@@ -811,27 +812,7 @@ def run_state(spec: RunSpec, cfg) -> str:
             f"--out: {spec.run_dir} holds a run with other settings ({what}); choose another "
             f"--out or remove that folder"
         )
-    done = max((int(m.get("step", 0)) for m in folder.read_metrics()), default=0)
-    # PPO: a kill between a step's checkpoint and its metrics line; the trainer resumes after
-    # the checkpoint, so that step counts as run (else a budget-stopped run would stay
-    # unfinished). TRL writes a step's metrics line before its checkpoint: a safeguard there.
-    done = max(done, folder.trained_step(cfg.engine) or 0)
-    if done >= cfg.steps or _budget_spent(folder, cfg, done):
-        return "done"
-    return "resume"
-
-
-def _budget_spent(folder, cfg, done: int) -> bool:
-    """Whether the run's steps ``1 .. done`` spent its execution budget
-    (``rpg_llm.loop.budget``)."""
-    from rpg_llm.loop.budget import budget_spent
-    from rpg_llm.loop.buffer import SampleBuffer
-
-    if cfg.exec_budget_s is None or done < 1 or not folder.buffer_path.exists():
-        return False
-    with SampleBuffer(folder.buffer_path, capacity=1) as buf:
-        totals = buf.exec_seconds_by_row(None, done)  # every run of the folder, as read_chains
-    return budget_spent(totals, cfg.batch_size, float(cfg.exec_budget_s))
+    return "done" if run_finished(folder, cfg) else "resume"
 
 
 def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:

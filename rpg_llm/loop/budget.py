@@ -18,12 +18,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rpg_llm.env.registry import is_loss_task, loss_chains
 from rpg_llm.loop.buffer import SampleBuffer
 from rpg_llm.loop.runfolder import RunFolder
+
+if TYPE_CHECKING:
+    from rpg_llm.config import LoopConfig
 
 __all__ = [
     "Chain",
@@ -32,6 +36,8 @@ __all__ = [
     "group_chains",
     "curve",
     "budget_spent",
+    "steps_done",
+    "run_finished",
     "budget_grid",
     "curve_rows",
     "write_budget_csv",
@@ -126,6 +132,32 @@ def budget_spent(totals: dict[int, float], batch_size: int, budget_s: float) -> 
     if not budget_s > 0:
         raise ValueError(f"budget_s must be > 0 seconds, got {budget_s!r}")
     return all(totals.get(r, 0.0) >= budget_s for r in range(batch_size))
+
+
+def steps_done(folder: RunFolder, engine: str) -> int:
+    """The last training step a run folder holds: its last ``metrics.jsonl`` step or the step of
+    its last checkpoint, whichever is later (0 for none). A kill between a step's PPO checkpoint
+    and its metrics line leaves that step trained (the trainer resumes after the checkpoint); TRL
+    writes a step's metrics line before its checkpoint. ``engine``: ``"ppo"`` or ``"trl"``."""
+    done = max((int(m.get("step", 0)) for m in folder.read_metrics()), default=0)
+    return max(done, folder.trained_step(engine) or 0)
+
+
+def run_finished(folder: RunFolder, cfg: LoopConfig) -> bool:
+    """Whether the run in ``folder`` has nothing left to do under ``cfg``: :func:`steps_done`
+    reaches ``cfg.steps``, or, with ``cfg.exec_budget_s``, steps ``1 .. steps_done`` used every
+    chain's execution budget (:func:`budget_spent`: the run stopped on its budget).
+
+    ``cfg`` is the run's stored config (``LoopConfig.from_dict(folder.load_config())``) or the
+    settings a caller asks of the folder (``paper_figures.llm_table`` asks for its steps)."""
+    done = steps_done(folder, cfg.engine)
+    if done >= cfg.steps:
+        return True
+    if cfg.exec_budget_s is None or done < 1 or not folder.buffer_path.exists():
+        return False
+    with SampleBuffer(folder.buffer_path, capacity=1) as buf:
+        totals = buf.exec_seconds_by_row(None, done)  # every run of the folder, as read_chains
+    return budget_spent(totals, cfg.batch_size, float(cfg.exec_budget_s))
 
 
 def curve(chains: Sequence[Chain], budgets: np.ndarray) -> dict[str, np.ndarray]:

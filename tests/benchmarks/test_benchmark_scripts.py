@@ -124,7 +124,8 @@ def test_score_at_budget_reads_scores_not_the_stored_raw_reward(tmp_path, capsys
     """A run trained on the percentile (its stored raw rewards are 0.01): chain 0 has 0.7 at
     1 s, an invalid script (-10) at 3 s, 0.8 at 4 s, so 0.7 at B = 3.5; chain 1's only sample
     ends at 4 s (no value); chain 2 is one invalid script (-10): (0.7 - 10) / 2 = -4.65.
-    On a lower-is-better copy of the task, 2.5 beats half of the board [1, 2, 3, 4]."""
+    On a lower-is-better copy of the task, 2.5 beats half of the board [1, 2, 3, 4]. A run whose
+    metrics stop before its steps is printed, marked unfinished, and left out of the mean."""
     from dataclasses import replace
 
     from score_at_budget import main as score_main
@@ -133,10 +134,11 @@ def test_score_at_budget_reads_scores_not_the_stored_raw_reward(tmp_path, capsys
     from rpg_llm.loop.runfolder import RunFolder
     from testkit.toy_competition import ACCURACY, build_competition
 
-    def run(name: str, task: str, scores: list):
-        cfg = replace(LoopConfig(), task=task, data_root=str(tmp_path / "comps"))
+    def run(name: str, task: str, scores: list, done: int = 3):
+        cfg = replace(LoopConfig(), task=task, data_root=str(tmp_path / "comps"), steps=3)
         folder = RunFolder(tmp_path / name)
         folder.create(cfg.to_dict())
+        folder.append_metrics({"step": done})
         folder.append_samples_csv(
             [
                 {"step": s, "row": r, "status": "ok" if x != "" else "invalid", "score": x,
@@ -155,11 +157,16 @@ def test_score_at_budget_reads_scores_not_the_stored_raw_reward(tmp_path, capsys
     assert score_main(["--budget", "3.5", str(hi)]) == 0
     assert "-4.6500 (2 of 3 chains with a value at 3.5)" in capsys.readouterr().out
     assert score_main(["--budget", "3.5", str(lo), str(lo)]) == 0
-    assert "mean 0.5000 +- 0.0000 over 2 of 2 runs" in capsys.readouterr().out
+    assert "mean 0.5000 +- 0.0000 over 2 of 2 finished runs" in capsys.readouterr().out
     assert score_main(["--budget", "0.5", str(lo), str(hi)]) == 0  # lo: no sample by 0.5 s
-    assert "mean -10.0000 +- nan over 1 of 2 runs" in capsys.readouterr().out
+    assert "mean -10.0000 +- nan over 1 of 2 finished runs" in capsys.readouterr().out
     assert score_main(["--budget", "0.4", str(lo), str(hi)]) == 0
-    assert "none of the 2 runs has a value at 0.4" in capsys.readouterr().out
+    assert "none of the 2 finished runs has a value at 0.4" in capsys.readouterr().out
+    going = run("going", "toy-loss", [seed, (1, 0, 1.5, 1.0)], done=1)  # 0.75 so far
+    assert score_main(["--budget", "3.5", str(lo), str(going)]) == 0
+    out = capsys.readouterr().out
+    assert f"{going}: 0.7500 (1 of 1 chains with a value at 3.5; unfinished, step 1 of 3" in out
+    assert "mean 0.5000 +- nan over 1 of 1 finished runs" in out
     assert score_main(["--budget", "0", str(lo)]) == 2
     assert score_main(["--budget", "1", str(tmp_path)]) == 2
     assert "not a run folder" in capsys.readouterr().err

@@ -119,6 +119,7 @@ __all__ = [
     "table_fields",
     "ablation_effects",
     "step_means",
+    "run_step_seconds",
     "EDIT_FIELDS",
     "edit_rows",
     "edits_markdown",
@@ -212,6 +213,7 @@ RUN_FIELDS = [
     "value",
     "n_chains",
     "n_ended_before_b",
+    "step_seconds",
 ]
 ENGINES = ("ppo", "trl")
 """Training engines of ``rpg_llm.run --engine``: this project's PPO, or TRL's GRPOTrainer."""
@@ -1197,6 +1199,20 @@ def plot_probe(rows: Sequence[dict], out: Path) -> tuple[Path, Path]:
     return save_figure(fig, out, "llm_table_probe")
 
 
+def run_step_seconds(run_dir: Path) -> float:
+    """Wall seconds a run spent in its training steps: the sum over steps of ``metrics.jsonl``'s
+    ``step_seconds`` (generation, execution and update; the last record of a step counts once).
+    Start-up, the SFT warm start, seeding and the probe are not in it. 0.0 for no step."""
+    from rpg_llm.loop.runfolder import RunFolder
+
+    per_step = {
+        int(m["step"]): float(m["step_seconds"])
+        for m in RunFolder(run_dir).read_metrics()
+        if "step_seconds" in m and int(m.get("step", 0)) >= 1
+    }
+    return math.fsum(per_step.values())
+
+
 def _write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
@@ -1227,6 +1243,7 @@ def write_table(
         for r in row.runs:
             spec = next(p for p in finished if (p.method, p.seed) == (r["method"], r["seed"]))
             r["run_dir"], r["engine"] = str(spec.run_dir), cfgs[spec].engine
+            r["step_seconds"] = _g(run_step_seconds(spec.run_dir))
         rows.append(row)
         run_rows += row.runs
         dirs = [p.run_dir for p in finished]
@@ -1360,9 +1377,22 @@ def _markdown_document(
         + f"\nChains without a value at B: {left_out}.\n"
         + "\nChains that ended before B (their run hit the step cap first; read at their end): "
         + f"{ended}.\n"
+        + _machine_time_text(rows)
         + (f"\nSeeding: {seeding}\n" if seeding else "")
         + f"\n{protocol_text(s, time_measure, num_generations)}\n"
         + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
+    )
+
+
+def _machine_time_text(rows: Sequence[TaskRow]) -> str:
+    """One line: the table's runs' training-step wall time (:func:`run_step_seconds`)."""
+    secs = [float(x["step_seconds"]) for r in rows for x in r.runs if "step_seconds" in x]
+    if not secs:
+        return ""
+    return (
+        f"\nWall time of the runs' training steps (generation, execution, update; not start-up, "
+        f"SFT, seeding or probes): {math.fsum(secs) / 3600:.2f} h over {len(secs)} runs, "
+        f"{min(secs):.0f}-{max(secs):.0f} s per run (`llm_table_runs.csv` step_seconds).\n"
     )
 
 

@@ -153,7 +153,7 @@ def _make_run(run_dir: Path, config: dict, rows, seed_sample: bool = True, steps
     with SampleBuffer(folder.buffer_path, capacity=100) as buf:
         buf.add_many(samples)
     for step in range(1, (steps or depth) + 1):
-        folder.append_metrics({"step": step})
+        folder.append_metrics({"step": step, "step_seconds": 100.0 * step})
 
 
 def _sample(cls, config, step, row, t, r):
@@ -237,8 +237,12 @@ def test_table_only_writes_the_hand_values(tmp_path, tiny_model_dir, capsys):
     assert float(row["vanilla_mean"]) == pytest.approx(HAND_VAN, rel=1e-5)
     assert float(row["pct_improvement"]) == pytest.approx(HAND_PCT, rel=1e-5)
     assert (row["rpg_n"], row["vanilla_n"]) == ("2", "2")
+    with open(out / "llm_table_runs.csv") as fh:
+        assert [float(r["step_seconds"]) for r in csv.DictReader(fh)] == [100.0] * 4
     md = (out / "llm_table.md").read_text()
     assert "0.750 ± 0.100" in md and "0.325 ± 0.025" in md and "+130.8" in md
+    assert "training steps (generation, execution, update" in md
+    assert "0.11 h over 4 runs, 100-100 s per run" in md  # 400 s
     assert lt.TUNING_NOTE in md
     assert (out / "figures" / "churn-auc" / "budget_curves.png").stat().st_size > 0
     assert (out / "figures" / "churn-auc" / "budget_curves.pdf").stat().st_size > 0
@@ -837,6 +841,26 @@ def test_step_means_by_hand(tmp_path):
     assert got["vanilla", 1]["n_runs"] == 1
     png, pdf = lt.plot_steps("churn-auc", rows, tmp_path / "fig")
     assert png.stat().st_size > 0 and pdf.exists()
+
+
+def test_run_step_seconds_by_hand(tmp_path):
+    """Steps 1-3 once each, step 2 again after a resume (its last record counts); SFT lines and
+    a record without ``step_seconds`` add nothing: 10.5 + 4 + 2.25 s."""
+    from rpg_llm.loop.runfolder import RunFolder
+
+    folder = RunFolder(tmp_path / "r")
+    folder.create({"task": "churn-auc"})
+    assert lt.run_step_seconds(folder.root) == 0.0
+    for line in (
+        {"sft/loss": 1.0, "sft_step": 1, "step": 0, "step_seconds": 99.0},
+        {"step": 1, "step_seconds": 10.5},
+        {"step": 2, "step_seconds": 3.0},
+        {"step": 2, "step_seconds": 4.0},
+        {"step": 3, "step_seconds": 2.25},
+        {"step": 4},
+    ):
+        folder.append_metrics(line)
+    assert lt.run_step_seconds(folder.root) == 16.75
 
 
 def test_edit_rows_count_switches_dead_edits_and_time_ratios_on_a_hand_made_buffer(tmp_path):

@@ -9,12 +9,20 @@ one plot, above a panel of how many chains each mean averages (it changes when a
 no valid sample yet gets one). Outputs ``budget_curves.png``, ``.pdf`` and ``.csv`` (columns
 ``label, budget_s, mean_best, se, n_chains, n_active``: chains with a value, and chains that
 have not yet used up their time).
+
+The y-axis spans the means at the budgets where no chain in a mean is still at the invalid
+reward (``rpg_llm.loop.rewards.INVALID_REWARD``, -10): an early invalid sample would otherwise
+stretch the axis to -10 and flatten the scores that matter; the part of a curve below is clipped
+and the panel says so (the CSV keeps every value).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 from paper_figures._common import out_dir, plt, save_figure, write_csv
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
@@ -27,13 +35,71 @@ from rpg_llm.loop.budget import (
     group_chains,
     read_chains,
 )
+from rpg_llm.loop.rewards import INVALID_REWARD
 
-__all__ = ["Chain", "read_chains", "curve", "budget_curves", "y_label", "main"]
+__all__ = [
+    "Chain",
+    "read_chains",
+    "curve",
+    "budget_curves",
+    "y_label",
+    "arm_style",
+    "valid_limits",
+    "main",
+]
 
 PROG = "python -m paper_figures.budget_curves"
 MAX_POINTS = 100_000
 """Largest ``--points`` (the grid is held for every arm; a typo would exhaust the memory)."""
-_COLORS = {"rpg": "tab:red", "vanilla": "tab:blue"}
+_COLORS = {
+    "rpg": "tab:red",
+    "vanilla": "tab:blue",
+    "fixed-lambda": "tab:green",
+    "rpg, parents by raw": "tab:orange",
+    "vanilla, parents by rate": "tab:purple",
+}
+
+
+def arm_style(label: str) -> tuple[str | None, str]:
+    """Colour and line style of the curve of arm ``label`` (``rpg_llm.loop.budget.run_label``):
+    one colour per arm of the table (the ablation's ``parents by`` arms their own), dashed for
+    vanilla's training reward, dotted for fixed-lambda; ``None``: matplotlib's next colour."""
+    arm = label.rsplit(" (", 1)[0]
+    key = arm if arm in _COLORS else arm.split(",")[0].split()[0]
+    method = key.split(",")[0]
+    style = {"vanilla": "--", "fixed-lambda": ":"}.get(method, "-")
+    return _COLORS.get(key), style
+
+
+def valid_limits(
+    values: Sequence[np.ndarray],
+    means: Sequence[np.ndarray],
+    lows: Sequence[np.ndarray],
+    highs: Sequence[np.ndarray],
+) -> tuple[float, float] | None:
+    """The y-range of the curves at the budgets where every chain in the mean has a valid best.
+
+    Args:
+        values: per arm, ``[chains, budgets]`` float64 best-so-far values (NaN: no value yet).
+        means, lows, highs: per arm, ``[budgets]`` float64 curve mean and its band (mean -/+
+            s.e.; NaN where undefined).
+
+    Returns:
+        ``(low, high)`` with 5 % padding, or None when no budget of any arm qualifies (then the
+        axis is left to matplotlib).
+    """
+    lo, hi = math.inf, -math.inf
+    for v, m, a, b in zip(values, means, lows, highs, strict=True):
+        v = np.asarray(v, dtype=np.float64)
+        ok = np.isfinite(m) & ~np.any(v <= INVALID_REWARD, axis=0)
+        if not ok.any():
+            continue
+        band = np.concatenate([m[ok], a[ok][np.isfinite(a[ok])], b[ok][np.isfinite(b[ok])]])
+        lo, hi = min(lo, float(band.min())), max(hi, float(band.max()))
+    if not math.isfinite(lo):
+        return None
+    pad = 0.05 * (hi - lo) if hi > lo else max(0.05 * abs(hi), 0.01)
+    return lo - pad, hi + pad
 
 
 def y_label(run_dirs: Sequence[str | Path]) -> str:
@@ -72,12 +138,16 @@ def budget_curves(
     fig, (ax, ax_n) = plt.subplots(
         2, 1, figsize=(6.0, 5.0), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
     )
-    rows = []
+    rows, values, means, lows, highs = [], [], [], [], []
     for label in sorted(groups):
         cs = groups[label]
         res = curve(cs, budgets)
-        color = _COLORS.get(label.split()[0])
-        style = "--" if label.startswith("vanilla") else "-"  # visible where the arms overlap
+        color, style = arm_style(label)  # dashed/dotted: visible where the arms overlap
+        lo, hi = res["mean_best"] - res["se"], res["mean_best"] + res["se"]
+        values.append(np.stack([c.value_at(budgets) for c in cs]))
+        means.append(res["mean_best"])
+        lows.append(lo)
+        highs.append(hi)
         ax.step(
             budgets,
             res["mean_best"],
@@ -86,7 +156,6 @@ def budget_curves(
             color=color,
             linestyle=style,
         )
-        lo, hi = res["mean_best"] - res["se"], res["mean_best"] + res["se"]
         ax.fill_between(budgets, lo, hi, step="post", alpha=0.2, color=color)
         ax_n.step(budgets, res["n_chains"], where="post", color=color, linestyle=style)
         rows.extend(curve_rows(label, budgets, res))
@@ -94,7 +163,12 @@ def budget_curves(
     ax_n.set_ylabel("chains in\nthe mean")
     ax_n.grid(alpha=0.3)
     ax.set_ylabel(y_label(run_dirs))
-    ax.set_title("Budget curves (mean ± s.e. across chains)")
+    limits = valid_limits(values, means, lows, highs)
+    title = "Budget curves (mean ± s.e. across chains)"
+    if limits is not None and any(np.any(m < limits[0]) for m in means):
+        ax.set_ylim(*limits)
+        title += f"\nclipped below: means that include an invalid sample ({INVALID_REWARD:g})"
+    ax.set_title(title, fontsize=10 if "\n" in title else None)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     png, pdf = save_figure(fig, folder, "budget_curves")

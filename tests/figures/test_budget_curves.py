@@ -121,3 +121,65 @@ def test_the_figure_shows_how_many_chains_each_mean_averages(tmp_path, monkeypat
     np.testing.assert_allclose(top.lines[0].get_ydata(), [np.nan, np.nan, 0.9, 0.9, 0.5])
     np.testing.assert_array_equal(counts.lines[0].get_ydata(), [0, 0, 1, 1, 2])
     assert counts.get_ylabel() == "chains in\nthe mean"
+
+
+def test_an_early_invalid_sample_does_not_stretch_the_axis(tmp_path, monkeypatch):
+    import paper_figures.budget_curves as bc
+
+    figs = []
+    real_save = bc.save_figure
+    monkeypatch.setattr(bc, "save_figure", lambda fig, *a: figs.append(fig) or real_save(fig, *a))
+    # chain 1 is invalid (-10) until 3 s: means 0.8, then (0.8 - 10) / 2 = -4.6, then 0.85
+    d = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.8)], 1: [(2.0, -10.0), (1.0, 0.9)]})
+    budget_curves([d], tmp_path / "out", points=4)  # budgets 0, 1, 2, 3
+    top = figs[0].axes[0]
+    np.testing.assert_allclose(top.lines[0].get_ydata(), [np.nan, 0.8, -4.6, 0.85])
+    low, high = top.get_ylim()
+    # s.e. at 3 s: sd of {0.8, 0.9} / sqrt(2) = 0.05 -> band 0.8 .. 0.9 plus the 5 % pad
+    assert low == pytest.approx(0.8 - 0.005) and high == pytest.approx(0.9 + 0.005)
+    assert "clipped below" in top.get_title()
+
+
+def test_all_valid_curves_keep_matplotlib_limits(tmp_path, monkeypatch):
+    import paper_figures.budget_curves as bc
+
+    figs = []
+    real_save = bc.save_figure
+    monkeypatch.setattr(bc, "save_figure", lambda fig, *a: figs.append(fig) or real_save(fig, *a))
+    d = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.8)], 1: [(2.0, 0.6)]})
+    budget_curves([d], tmp_path / "out", points=4)
+    assert "clipped" not in figs[0].axes[0].get_title()
+
+
+def test_valid_limits_by_hand():
+    from paper_figures.budget_curves import valid_limits
+
+    nan = np.nan
+    values = [np.array([[nan, -10.0, 0.5], [nan, 0.3, 0.7]])]
+    means = np.array([[nan, -4.85, 0.6]])
+    se = np.array([[nan, 5.15, 0.1]])
+    limits = valid_limits(values, list(means), list(means - se), list(means + se))
+    assert limits is not None
+    low, high = limits
+    # only the last budget has no chain at -10: band 0.5 .. 0.7, padded by 0.01
+    assert (low, high) == (pytest.approx(0.49), pytest.approx(0.71))
+    head = [means[0, :2]]
+    assert valid_limits([values[0][:1, :2]], head, head, head) is None
+
+
+@pytest.mark.parametrize(
+    ("label", "color", "style"),
+    [
+        ("rpg (seeded)", "tab:red", "-"),
+        ("vanilla (unseeded)", "tab:blue", "--"),
+        ("fixed-lambda 0.000277778/s (seeded)", "tab:green", ":"),
+        ("rpg, parents by raw (seeded)", "tab:orange", "-"),
+        ("vanilla, parents by rate (seeded)", "tab:purple", "--"),
+        ("rpg, r = percentile (seeded)", "tab:red", "-"),
+        ("my-arm (seeded)", None, "-"),
+    ],
+)
+def test_each_table_arm_has_its_own_curve_style(label, color, style):
+    from paper_figures.budget_curves import arm_style
+
+    assert arm_style(label) == (color, style)

@@ -66,10 +66,14 @@ def run_label(config: dict) -> str:
     """``"<arm> (seeded|unseeded)"`` from a ``config.json`` (any layout): the arm is the method,
     with the fixed-lambda arm's lambda, a parent ranking other than the arm's own
     (``"rpg, parents by raw (seeded)"``) and a raw reward other than DESIGN.md's
-    (``"rpg, r = percentile (seeded)"``), so that every arm of a table is its own curve."""
-    if isinstance(config.get("label"), str):
-        return config["label"]
-    reward = config.get("reward") or {}
+    (``"rpg, r = percentile (seeded)"``), so that every arm of a table is its own curve. The
+    label is derived from the reward settings whenever the config has them (a stored ``label``
+    is used only by configs without a ``reward`` section)."""
+    reward = config.get("reward")
+    if not isinstance(reward, dict):
+        if isinstance(config.get("label"), str):
+            return config["label"]
+        reward = {}
     method = config.get("method") or reward.get("method", "?")
     if method == "fixed-lambda" and reward.get("fixed_lambda") is not None:
         method = f"fixed-lambda {reward['fixed_lambda']:g}/s"

@@ -38,13 +38,15 @@ def create_folder(folder: RunFolder, cfg: LoopConfig, task_id: str, dist: Dist) 
     Raises:
         ValueError: the folder already holds a run.
     """
+    from rpg_llm.loop.budget import run_label
+
     record = cfg.to_dict() | {
         "method": cfg.method,  # also at the top, for readers of the run folder
         "competition": task_id,
         "seeded": cfg.seed_buffer,
-        "label": f"{cfg.method} ({'seeded' if cfg.seed_buffer else 'unseeded'})",
         "torch": torch.__version__,
     }
+    record["label"] = run_label(record)  # the arm: method, parent ranking, raw reward, lambda
     if dist.main:
         folder.create(record)
     dist.barrier()

@@ -92,3 +92,25 @@ def test_every_arm_is_its_own_budget_curve_label():
     assert run_label({"method": "vanilla", "seeded": False}) == "vanilla (unseeded)"
     pct = label(method="rpg", parent_rank="raw", raw_reward="percentile")
     assert pct == "rpg, parents by raw, r = percentile (seeded)"
+
+
+def test_the_run_folder_records_the_arm_and_old_records_read_right(tmp_path):
+    """The folder records the arm (method and parent ranking), so each ablation arm is its own
+    curve; a record whose label names only the method is read by its reward section."""
+    from types import SimpleNamespace
+
+    from rpg_llm.loop.budget import run_label
+    from rpg_llm.loop.dist import Dist
+    from rpg_llm.loop.runfolder import RunFolder
+    from rpg_llm.loop.setup import create_folder
+
+    acc = SimpleNamespace(is_main_process=True, num_processes=1, process_index=0)
+    acc.wait_for_everyone = lambda: None
+    cfg = LoopConfig(seed_buffer=True, reward=RewardConfig("vanilla", parent_rank="rate"))
+    folder = RunFolder(tmp_path / "run")
+    create_folder(folder, cfg, "churn-auc", Dist(acc))
+    stored = folder.load_config()
+    assert stored["label"] == "vanilla, parents by rate (seeded)"
+    old = stored | {"label": "vanilla (seeded)"}  # a method-only label
+    assert run_label(old) == "vanilla, parents by rate (seeded)"
+    assert run_label({"label": "my arm", "method": "rpg"}) == "my arm"  # no reward section

@@ -65,36 +65,32 @@ def arm_style(label: str) -> tuple[str | None, str]:
     one colour per arm of the table (the ablation's ``parents by`` arms their own), dashed for
     vanilla's training reward, dotted for fixed-lambda; ``None``: matplotlib's next colour."""
     arm = label.rsplit(" (", 1)[0]
-    key = arm if arm in _COLORS else arm.split(",")[0].split()[0]
-    method = key.split(",")[0]
+    method = arm.split(",")[0].split()[0]
     style = {"vanilla": "--", "fixed-lambda": ":"}.get(method, "-")
-    return _COLORS.get(key), style
+    return _COLORS.get(arm, _COLORS.get(method)), style
 
 
 def valid_limits(
-    values: Sequence[np.ndarray],
-    means: Sequence[np.ndarray],
-    lows: Sequence[np.ndarray],
-    highs: Sequence[np.ndarray],
+    curves: Sequence[dict[str, np.ndarray]],
 ) -> tuple[float, float] | None:
     """The y-range of the curves at the budgets where every chain in the mean has a valid best.
 
     Args:
-        values: per arm, ``[chains, budgets]`` float64 best-so-far values (NaN: no value yet).
-        means, lows, highs: per arm, ``[budgets]`` float64 curve mean and its band (mean -/+
-            s.e.; NaN where undefined).
+        curves: per arm, :func:`rpg_llm.loop.budget.curve`'s ``[budgets]`` float64 arrays
+            (``mean_best``, ``se``, ``n_invalid`` are read; NaN where undefined).
 
     Returns:
-        ``(low, high)`` with 5 % padding, or None when no budget of any arm qualifies (then the
-        axis is left to matplotlib).
+        ``(low, high)``, the means and their mean -/+ s.e. band with 5 % padding, or None when
+        no budget of any arm qualifies (then the axis is left to matplotlib).
     """
     lo, hi = math.inf, -math.inf
-    for v, m, a, b in zip(values, means, lows, highs, strict=True):
-        v = np.asarray(v, dtype=np.float64)
-        ok = np.isfinite(m) & ~np.any(v <= INVALID_REWARD, axis=0)
+    for res in curves:
+        m, se = res["mean_best"], res["se"]
+        ok = np.isfinite(m) & (res["n_invalid"] == 0)
         if not ok.any():
             continue
-        band = np.concatenate([m[ok], a[ok][np.isfinite(a[ok])], b[ok][np.isfinite(b[ok])]])
+        band = np.concatenate([m[ok], (m - se)[ok], (m + se)[ok]])
+        band = band[np.isfinite(band)]
         lo, hi = min(lo, float(band.min())), max(hi, float(band.max()))
     if not math.isfinite(lo):
         return None
@@ -138,16 +134,13 @@ def budget_curves(
     fig, (ax, ax_n) = plt.subplots(
         2, 1, figsize=(6.0, 5.0), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
     )
-    rows, values, means, lows, highs = [], [], [], [], []
+    rows, curves = [], []
     for label in sorted(groups):
         cs = groups[label]
         res = curve(cs, budgets)
+        curves.append(res)
         color, style = arm_style(label)  # dashed/dotted: visible where the arms overlap
         lo, hi = res["mean_best"] - res["se"], res["mean_best"] + res["se"]
-        values.append(np.stack([c.value_at(budgets) for c in cs]))
-        means.append(res["mean_best"])
-        lows.append(lo)
-        highs.append(hi)
         ax.step(
             budgets,
             res["mean_best"],
@@ -163,9 +156,9 @@ def budget_curves(
     ax_n.set_ylabel("chains in\nthe mean")
     ax_n.grid(alpha=0.3)
     ax.set_ylabel(y_label(run_dirs))
-    limits = valid_limits(values, means, lows, highs)
+    limits = valid_limits(curves)
     title = "Budget curves (mean ± s.e. across chains)"
-    if limits is not None and any(np.any(m < limits[0]) for m in means):
+    if limits is not None and any(np.any(res["mean_best"] < limits[0]) for res in curves):
         ax.set_ylim(*limits)
         title += f"\nclipped below: means that include an invalid sample ({INVALID_REWARD:g})"
     ax.set_title(title, fontsize=10 if "\n" in title else None)

@@ -24,6 +24,7 @@ import numpy as np
 
 from rpg_llm.env.registry import is_loss_task, loss_chains
 from rpg_llm.loop.buffer import SampleBuffer
+from rpg_llm.loop.rewards import INVALID_REWARD
 from rpg_llm.loop.runfolder import RunFolder
 
 if TYPE_CHECKING:
@@ -170,10 +171,12 @@ def curve(chains: Sequence[Chain], budgets: np.ndarray) -> dict[str, np.ndarray]
     Returns:
         ``[n]`` arrays: ``mean_best``, ``se`` (sample s.d. / sqrt(n); NaN for n < 2),
         ``n_chains`` (chains with a value at that budget), ``n_active`` (chains whose total
-        time is >= the budget).
+        time is >= the budget), ``n_invalid`` (chains in the mean whose best is still the
+        invalid reward, ``rpg_llm.loop.rewards.INVALID_REWARD``, or lower).
     """
     values = np.stack([c.value_at(budgets) for c in chains])  # [chains, budgets]
     ok = ~np.isnan(values)
+    n_invalid = (ok & (np.where(ok, values, 0.0) <= INVALID_REWARD)).sum(0)
     n = ok.sum(0)
     total = np.where(ok, values, 0.0).sum(0)
     mean = np.where(n > 0, total / np.maximum(n, 1), np.nan)
@@ -181,7 +184,13 @@ def curve(chains: Sequence[Chain], budgets: np.ndarray) -> dict[str, np.ndarray]
     var = (dev**2).sum(0) / np.maximum(n - 1, 1)
     se = np.where(n >= 2, np.sqrt(var / np.maximum(n, 1)), np.nan)
     n_active = np.array([[c.times[-1] >= b for b in budgets] for c in chains]).sum(0)
-    return {"mean_best": mean, "se": se, "n_chains": n, "n_active": n_active}
+    return {
+        "mean_best": mean,
+        "se": se,
+        "n_chains": n,
+        "n_active": n_active,
+        "n_invalid": n_invalid,
+    }
 
 
 def budget_grid(groups: dict[str, list[Chain]], points: int) -> np.ndarray:

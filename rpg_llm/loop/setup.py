@@ -18,6 +18,7 @@ from rpg_llm.env.sandbox import BatchExecutor, Sandbox
 from rpg_llm.env.types import Task
 from rpg_llm.loop.accounting import Accounts
 from rpg_llm.loop.backends import Backends
+from rpg_llm.loop.budget import run_label
 from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.dist import Dist
 from rpg_llm.loop.execution import execute_seeds
@@ -38,8 +39,6 @@ def create_folder(folder: RunFolder, cfg: LoopConfig, task_id: str, dist: Dist) 
     Raises:
         ValueError: the folder already holds a run.
     """
-    from rpg_llm.loop.budget import run_label
-
     record = cfg.to_dict() | {
         "method": cfg.method,  # also at the top, for readers of the run folder
         "competition": task_id,

@@ -12,6 +12,17 @@ from paper_figures.budget_curves import budget_curves, curve, main, read_chains
 from rpg_llm.loop.buffer import Sample, SampleBuffer
 
 
+@pytest.fixture
+def saved_figures(monkeypatch):
+    """The figures :func:`budget_curves` saves, in order (they are still written)."""
+    import paper_figures.budget_curves as bc
+
+    figs = []
+    real_save = bc.save_figure
+    monkeypatch.setattr(bc, "save_figure", lambda fig, *a: figs.append(fig) or real_save(fig, *a))
+    return figs
+
+
 def _run(tmp_path, name, method, rows):
     """rows: {row: [(exec_time, raw_reward), ...]} for steps 1, 2, ..."""
     d = tmp_path / name
@@ -108,12 +119,8 @@ def test_cli_repeated_run_folder_exits_2(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_the_figure_shows_how_many_chains_each_mean_averages(tmp_path, monkeypatch):
-    import paper_figures.budget_curves as bc
-
-    figs = []
-    real_save = bc.save_figure
-    monkeypatch.setattr(bc, "save_figure", lambda fig, *a: figs.append(fig) or real_save(fig, *a))
+def test_the_figure_shows_how_many_chains_each_mean_averages(tmp_path, saved_figures):
+    figs = saved_figures
     # chain 1 gets its first value at 2 s: the mean drops from 0.9 to 0.5 as it enters
     d = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.9)], 1: [(2.0, 0.1)]})
     budget_curves([d], tmp_path / "out", points=5)  # budgets 0, 0.5, 1, 1.5, 2
@@ -123,12 +130,8 @@ def test_the_figure_shows_how_many_chains_each_mean_averages(tmp_path, monkeypat
     assert counts.get_ylabel() == "chains in\nthe mean"
 
 
-def test_an_early_invalid_sample_does_not_stretch_the_axis(tmp_path, monkeypatch):
-    import paper_figures.budget_curves as bc
-
-    figs = []
-    real_save = bc.save_figure
-    monkeypatch.setattr(bc, "save_figure", lambda fig, *a: figs.append(fig) or real_save(fig, *a))
+def test_an_early_invalid_sample_does_not_stretch_the_axis(tmp_path, saved_figures):
+    figs = saved_figures
     # chain 1 is invalid (-10) until 3 s: means 0.8, then (0.8 - 10) / 2 = -4.6, then 0.85
     d = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.8)], 1: [(2.0, -10.0), (1.0, 0.9)]})
     budget_curves([d], tmp_path / "out", points=4)  # budgets 0, 1, 2, 3
@@ -140,12 +143,8 @@ def test_an_early_invalid_sample_does_not_stretch_the_axis(tmp_path, monkeypatch
     assert "clipped below" in top.get_title()
 
 
-def test_all_valid_curves_keep_matplotlib_limits(tmp_path, monkeypatch):
-    import paper_figures.budget_curves as bc
-
-    figs = []
-    real_save = bc.save_figure
-    monkeypatch.setattr(bc, "save_figure", lambda fig, *a: figs.append(fig) or real_save(fig, *a))
+def test_all_valid_curves_keep_matplotlib_limits(tmp_path, saved_figures):
+    figs = saved_figures
     d = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.8)], 1: [(2.0, 0.6)]})
     budget_curves([d], tmp_path / "out", points=4)
     assert "clipped" not in figs[0].axes[0].get_title()
@@ -155,16 +154,26 @@ def test_valid_limits_by_hand():
     from paper_figures.budget_curves import valid_limits
 
     nan = np.nan
-    values = [np.array([[nan, -10.0, 0.5], [nan, 0.3, 0.7]])]
-    means = np.array([[nan, -4.85, 0.6]])
-    se = np.array([[nan, 5.15, 0.1]])
-    limits = valid_limits(values, list(means), list(means - se), list(means + se))
+    # two chains: [nan, -10, 0.5] and [nan, 0.3, 0.7] -> means nan, -4.85, 0.6; s.e. 5.15, 0.1
+    res = {
+        "mean_best": np.array([nan, -4.85, 0.6]),
+        "se": np.array([nan, 5.15, 0.1]),
+        "n_invalid": np.array([0, 1, 0]),
+    }
+    limits = valid_limits([res])
     assert limits is not None
     low, high = limits
     # only the last budget has no chain at -10: band 0.5 .. 0.7, padded by 0.01
     assert (low, high) == (pytest.approx(0.49), pytest.approx(0.71))
-    head = [means[0, :2]]
-    assert valid_limits([values[0][:1, :2]], head, head, head) is None
+    head = {k: v[:2] for k, v in res.items()}
+    assert valid_limits([head]) is None
+
+
+def test_curve_counts_the_chains_still_at_the_invalid_reward(tmp_path):
+    d = _run(tmp_path, "a", "rpg", {0: [(1.0, 0.8)], 1: [(2.0, -10.0), (1.0, 0.9)]})
+    res = curve(read_chains(d), np.array([0.0, 1.0, 2.0, 3.0]))
+    # chain 1 is at -10 from 2 s until its valid sample at 3 s; chain 0 never is
+    np.testing.assert_array_equal(res["n_invalid"], [0, 0, 1, 0])
 
 
 @pytest.mark.parametrize(

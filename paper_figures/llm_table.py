@@ -88,7 +88,10 @@ Resumable slices. Re-running the same command skips finished runs; each run is p
 it finishes, so a finished run's folder then holds all the table reads (:data:`RUN_RECORD`,
 about 120 KB here). Keeping those files (in git, say) and dropping the rest (the SFT weights,
 checkpoints, rollouts: several hundred MB a run) keeps the run: a later slice on a new machine
-with the same ``--out`` skips it, and ``--table-only`` reads it.
+with the same ``--out`` skips it, and ``--table-only`` reads it. ``--jobs N`` keeps N runs (each
+with its probe) in flight at once, in the table's order, except that a task's second run waits
+until its first has ended (:func:`next_startable`: the task's offline competition and SFT start
+are then built once); every run uses one torch thread, so ``--jobs 2`` fills a 2-core machine.
 """
 
 from __future__ import annotations
@@ -101,7 +104,8 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -127,6 +131,7 @@ __all__ = [
     "probe_rows",
     "plot_probe",
     "TableSettings",
+    "next_startable",
     "QUICK",
     "FULL",
     "RunSpec",
@@ -792,10 +797,13 @@ def run_state(spec: RunSpec, cfg) -> str:
     Args:
         cfg: the LoopConfig the table asks for this run.
 
+    Settings that change only speed and memory (``rpg_llm.config.SPEED_ONLY_SETTINGS``) may
+    differ: the stored run resumes with its own.
+
     Raises:
         UsageError: the folder holds a run with other settings (names ``--out`` and the setting).
     """
-    from rpg_llm.config import LoopConfig
+    from rpg_llm.config import SPEED_ONLY_SETTINGS, LoopConfig
     from rpg_llm.loop.budget import run_finished
     from rpg_llm.loop.runfolder import RunFolder
 
@@ -807,7 +815,7 @@ def run_state(spec: RunSpec, cfg) -> str:
     except ValueError as err:
         raise UsageError(f"--out: {spec.run_dir} holds an unreadable run ({err})") from None
     a, b = stored.to_dict(), replace(cfg, steps=stored.steps).to_dict()
-    diff = _first_difference(a, b)
+    diff = _first_difference(a, b, skip=SPEED_ONLY_SETTINGS)
     if diff is not None or stored.steps > cfg.steps:
         what = diff or f"steps = {stored.steps} (> {cfg.steps})"
         raise UsageError(
@@ -817,11 +825,13 @@ def run_state(spec: RunSpec, cfg) -> str:
     return "done" if run_finished(folder, cfg) else "resume"
 
 
-def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:
+def _first_difference(a: dict, b: dict, prefix: str = "", skip: Sequence[str] = ()) -> str | None:
     for k in sorted(set(a) | set(b)):
         va, vb = a.get(k), b.get(k)
+        if f"{prefix}{k}" in skip:
+            continue
         if isinstance(va, dict) and isinstance(vb, dict):
-            d = _first_difference(va, vb, f"{prefix}{k}.")
+            d = _first_difference(va, vb, f"{prefix}{k}.", skip)
             if d is not None:
                 return d
         elif va != vb:
@@ -847,6 +857,50 @@ def _run_one(s: TableSettings, spec: RunSpec, state: str) -> tuple[int, float]:
         env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     return rc, time.perf_counter() - t0
+
+
+def next_startable(
+    pending: Sequence[RunSpec], running: Sequence[RunSpec], warm: set[str]
+) -> int | None:
+    """Index in ``pending`` of the next run that may start beside ``running``, or None.
+
+    A task is *warm* once one of its runs has ended in this invocation: its offline competition
+    and its SFT start (:mod:`rpg_llm.learner.sft_cache`) are then built on this machine. A run of
+    a cold task waits while another run of the same task is in flight, so that two runs never
+    build the same caches at once; otherwise the table's order is kept.
+    """
+    busy = {p.task for p in running}
+    for k, p in enumerate(pending):
+        if p.task in warm or p.task not in busy:
+            return k
+    return None
+
+
+def _run_jobs(
+    work: Sequence[tuple[int, RunSpec]], fn: Callable[[int, RunSpec], bool], jobs: int
+) -> list[tuple[RunSpec, bool]]:
+    """Call ``fn(i, spec)`` for every ``(i, spec)`` of ``work``, at most ``jobs`` at once in
+    threads (each call waits on its own subprocesses), in the order :func:`next_startable`
+    allows; returns ``(spec, fn's result)`` in the order the calls ended."""
+
+    pending = list(work)
+    running: dict[Future[bool], RunSpec] = {}
+    warm: set[str] = set()
+    ended: list[tuple[RunSpec, bool]] = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        while pending or running:
+            while len(running) < jobs and pending:
+                k = next_startable([p for _, p in pending], list(running.values()), warm)
+                if k is None:
+                    break
+                i, p = pending.pop(k)
+                running[pool.submit(fn, i, p)] = p
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                p = running.pop(fut)
+                warm.add(p.task)
+                ended.append((p, bool(fut.result())))
+    return ended
 
 
 # -------------------------------------------------------------------------------------- output
@@ -1530,6 +1584,8 @@ def _settings_from_args(args) -> TableSettings:
         raise UsageError(f"--probe-parents must be >= 1, got {args.probe_parents}")
     if args.points < 2:
         raise UsageError(f"--points must be >= 2, got {args.points}")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
     return s
 
 
@@ -1665,6 +1721,14 @@ def _parser() -> ArgumentParser:
         help="fixed parents of the probe (default %(default)s)",
     )
     p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs (with their probes) at once, each on one torch thread; 2 uses both cores "
+        "of a 2-core machine. Script times are CPU seconds, which grow somewhat when two runs "
+        "share the machine (benchmarks/RESULTS.md) (default %(default)s)",
+    )
+    p.add_argument(
         "--table-only",
         action="store_true",
         help="start no run and no probe; write the table, its CSVs and figures (over earlier "
@@ -1724,38 +1788,46 @@ def _main(argv: Sequence[str] | None) -> int:
             )
         return _table(args, s, out, specs, cfgs)
     with _lock(out):
-        return _table(args, s, out, specs, cfgs)
+        return _table(args, s, out, specs, cfgs, args.jobs)
 
 
-def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) -> int:
+def _table(
+    args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict, jobs: int = 1
+) -> int:
     states = {p: run_state(p, cfgs[p]) for p in specs}
     measure = cfgs[specs[0]].reward.time_measure
     print(protocol_text(s, measure, cfgs[specs[0]].trl.num_generations), flush=True)
     print(TUNING_NOTE, flush=True)
-    failed = []
+    if jobs > 1:
+        print(f"{jobs} runs at once (--jobs), each on one torch thread", flush=True)
+    n = len(specs)
+    work: list[tuple[int, RunSpec]] = []
     for i, p in enumerate(specs, 1):
-        state = states[p]
-        if args.table_only:
-            print(f"[{i}/{len(specs)}] {p}: {'skip (finished)' if state == 'done' else state}")
-            continue
-        if state == "done":
-            print(f"[{i}/{len(specs)}] {p}: skip (finished)")
-        else:
-            print(f"[{i}/{len(specs)}] {p}: {state} -> {p.run_dir} (log {p.log_path})", flush=True)
-            rc, wall = _run_one(s, p, state)
-            print(f"[{i}/{len(specs)}] {p}: exit {rc} after {wall:.1f} s", flush=True)
+        if args.table_only or states[p] == "done":
+            print(f"[{i}/{n}] {p}: {'skip (finished)' if states[p] == 'done' else states[p]}")
+        if not args.table_only and (states[p] != "done" or s.probe_answers):
+            work.append((i, p))
+
+    def run_and_probe(i: int, p: RunSpec) -> bool:
+        """Run (unless finished) and probe one spec; True when it ended complete."""
+        if states[p] != "done":
+            print(f"[{i}/{n}] {p}: {states[p]} -> {p.run_dir} (log {p.log_path})", flush=True)
+            rc, wall = _run_one(s, p, states[p])
+            print(f"[{i}/{n}] {p}: exit {rc} after {wall:.1f} s", flush=True)
             if rc != 0 or run_state(p, cfgs[p]) != "done":
-                failed.append(p)
-                continue
+                return False
         # probed at once, so that a finished run's folder is complete (RUN_RECORD) and can be kept
         if s.probe_answers:
             t0 = time.perf_counter()
             rc = _probe_run(s, p, cfgs[p].engine)
             wall = time.perf_counter() - t0
             where = p.run_dir / "probe"
-            print(f"[{i}/{len(specs)}] {p}: probe exit {rc} after {wall:.1f} s ({where})")
-            if rc != 0:
-                failed.append(p)
+            print(f"[{i}/{n}] {p}: probe exit {rc} after {wall:.1f} s ({where})", flush=True)
+            return rc == 0
+        return True
+
+    ended = dict(_run_jobs(work, run_and_probe, jobs))
+    failed = [p for p in specs if ended.get(p) is False]
     rows, written = write_table(s, specs, cfgs, out, args.points)
     if rows:
         avg, dropped = trimmed_average([r.pct for r in rows])

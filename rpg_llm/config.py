@@ -35,6 +35,7 @@ __all__ = [
     "SamplingConfig",
     "LoopConfig",
     "RUN_RECORD_KEYS",
+    "SPEED_ONLY_SETTINGS",
     "flag",
     "config_flags",
     "flag_names",
@@ -48,6 +49,12 @@ __all__ = [
 
 RUN_RECORD_KEYS = ("competition", "seeded", "label", "torch")
 """Keys ``config.json`` holds beside the config (facts of the run, not settings)."""
+
+SPEED_ONLY_SETTINGS = ("ppo.micro_batch_size",)
+"""Settings (dotted paths in :meth:`LoopConfig.to_dict`) that change a run's speed and memory but
+not what it computes, up to float rounding: the micro-batch splits the same gradient sum
+(tests/llm/learner/test_ppo.py holds the splits to each other). Two runs that differ only in
+these are the same experiment."""
 
 
 def flag(name: str | None = None, help: str = "", choices: tuple[str, ...] | None = None) -> dict:
@@ -103,6 +110,9 @@ class PPOConfig:
         ppo_epochs: passes over each rollout batch.
         mini_batch_size: samples per optimiser step (None: the whole batch, one step per epoch).
         micro_batch_size: samples per forward/backward (gradients accumulate over a mini-batch).
+            When one micro-batch holds the whole batch and there is one epoch and one mini-batch,
+            the update's own forward passes give the rollout-time log-probs and values
+            (``PPOTrainer.step``: one actor and one critic forward fewer per step).
         whiten_advantages: whiten advantages over all valid tokens of the batch.
         lora_rank: 0 for full fine-tuning, else LoRA rank (peft) for actor and critic.
         lora_alpha: LoRA scaling numerator.

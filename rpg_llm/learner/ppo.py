@@ -608,18 +608,41 @@ class PPOTrainer:
 
     # -- one PPO step ---------------------------------------------------------------------------
 
-    def step(self, batch: PPOBatch) -> dict[str, float]:
+    def step(self, batch: PPOBatch, single_pass: bool | None = None) -> dict[str, float]:
         """One PPO update on a rollout batch; returns scalar statistics (floats).
 
         Order (CleanRL / Ziegler et al.): rollout-time log-probs and values under no_grad; KL-
         penalised token rewards; GAE; optional whitening; then ``ppo_epochs`` passes over shuffled
         mini-batches, each accumulated over micro-batches, with gradient clipping per model.
+        When that is one forward/backward over the whole batch (one epoch, one mini-batch, one
+        micro-batch), the update's own forward passes give the rollout-time quantities
+        (:meth:`_single_pass_step`; same result, one actor and one critic forward fewer).
+
+        Args:
+            batch: the rollout batch (``B`` rows).
+            single_pass: None: the single pass whenever it applies; False: the general path
+                always (for comparisons); True: the single pass, or ValueError where it does not
+                apply.
+
+        Raises:
+            ValueError: ``single_pass=True`` with more than one epoch, mini-batch or micro-batch.
         """
         cfg = self.config
         device = self.accelerator.device
         batch = PPOBatch(*(t.to(device) for t in _fields(batch)))
         B = batch.scores.shape[0]
         mask = batch.response_mask.float()
+        mini = cfg.mini_batch_size or B
+        applies = cfg.ppo_epochs == 1 and mini >= B and cfg.micro_batch_size >= B
+        if single_pass and not applies:
+            raise ValueError(
+                f"single_pass=True needs one epoch, mini-batch and micro-batch; got ppo_epochs "
+                f"{cfg.ppo_epochs}, mini_batch_size {cfg.mini_batch_size}, micro_batch_size "
+                f"{cfg.micro_batch_size} for a batch of {B}"
+            )
+        if applies and single_pass is not False:
+            out = self._single_pass_step(batch, mask)
+            return self._finish_step(batch, mask, out)
         roll = self._rollout_stats(batch)
         rewards, kl = kl_penalized_rewards(
             batch.scores.float(), roll["old_logprobs"], roll["ref_logprobs"], mask, cfg.kl_coef
@@ -627,7 +650,6 @@ class PPOTrainer:
         advantages, returns = gae(rewards, roll["old_values"], mask, cfg.gamma, cfg.lam)
         if cfg.whiten_advantages:
             advantages = masked_whiten(advantages, mask)
-        mini = cfg.mini_batch_size or B
         stats: dict[str, list[float]] = {}
         # dropout off in every forward pass of the update (module docstring)
         with _update_mode(self.actor, self.critic):
@@ -683,11 +705,6 @@ class PPOTrainer:
                     self.critic_opt.step()
                     stats.setdefault("actor_grad_norm", []).append(float(gn_a or 0.0))
                     stats.setdefault("critic_grad_norm", []).append(float(gn_c or 0.0))
-        self.num_updates += 1
-        self.actor_opt.zero_grad(set_to_none=True)  # gradients are not needed between steps
-        self.critic_opt.zero_grad(set_to_none=True)
-        if device.type == "cpu":
-            release_host_memory()
         # Micro-batch values are partial sums (normalised by the mini-batch token count): add
         # within a mini-batch, average across mini-batches.
         n_mini = cfg.ppo_epochs * math.ceil(B / mini)
@@ -697,10 +714,80 @@ class PPOTrainer:
         }
         out.update(
             kl=float(kl.sum(1).mean()),
-            score_mean=float(batch.scores.mean()),
             advantage_mean=float(masked_mean(advantages, mask)),
             return_mean=float(masked_mean(returns, mask)),
             value_mean=float(masked_mean(roll["old_values"], mask)),
+        )
+        return self._finish_step(batch, mask, out)
+
+    def _single_pass_step(self, batch: PPOBatch, mask: torch.Tensor) -> dict[str, float]:
+        """The update when it is one forward/backward over the whole batch (one epoch, one
+        mini-batch, one micro-batch): the rollout-time log-probs and values are the update's own.
+
+        Before the optimiser step the parameters are the rollout's, so the actor's and critic's
+        forward passes with gradient give exactly the old log-probs and old values (detached);
+        the separate no-grad passes of :meth:`_rollout_stats` would recompute them. The ratio is
+        then 1 and the value clip inactive, so the losses and their gradients are those of the
+        general path (a test holds the two paths to each other). Saves one actor and one critic
+        forward per step; holds the actor's and the critic's activations together (the general
+        path frees the actor's before the critic's forward). The reference pass stays.
+        """
+        cfg, T = self.config, self.temperature
+        n_tokens = float(mask.sum().clamp(min=1.0))
+        self.actor_opt.zero_grad(set_to_none=True)
+        self.critic_opt.zero_grad(set_to_none=True)
+        with _update_mode(self.actor, self.critic):
+            with torch.no_grad():
+                if self.ref is not None:
+                    ref_logits = _response_logits(self.ref, batch, T)
+                else:
+                    with self.policy.disable_adapter():
+                        ref_logits = _response_logits(self.actor, batch, T)
+                ref_logp = logprobs_from_logits(ref_logits, batch.response_ids)
+                del ref_logits
+            logits = _response_logits(self.actor, batch, T)
+            logp = logprobs_from_logits(logits, batch.response_ids)
+            ent = (entropy_from_logits(logits) * mask).sum() / n_tokens
+            v = _response_values(self.critic, batch)
+            old_logp, old_v = logp.detach(), v.detach()
+            rewards, kl = kl_penalized_rewards(
+                batch.scores.float(), old_logp, ref_logp, mask, cfg.kl_coef
+            )
+            advantages, returns = gae(rewards, old_v, mask, cfg.gamma, cfg.lam)
+            if cfg.whiten_advantages:
+                advantages = masked_whiten(advantages, mask)
+            vf, vf_stats = value_loss(v, old_v, returns, mask, cfg.value_clip, normalizer=n_tokens)
+            self.accelerator.backward(cfg.vf_coef * vf)
+            pg, pg_stats = policy_loss(
+                logp, old_logp, advantages, mask, cfg.clip_ratio, normalizer=n_tokens
+            )
+            self.accelerator.backward(pg - cfg.entropy_coef * ent)
+            gn_a = self.accelerator.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
+            gn_c = self.accelerator.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
+            self.actor_opt.step()
+            self.critic_opt.step()
+        losses = {"pg_loss": pg, "vf_loss": vf, "entropy": ent, **pg_stats, **vf_stats}
+        return {
+            **{k: float(val.detach()) for k, val in losses.items()},
+            "actor_grad_norm": float(gn_a or 0.0),
+            "critic_grad_norm": float(gn_c or 0.0),
+            "kl": float(kl.sum(1).mean()),
+            "advantage_mean": float(masked_mean(advantages, mask)),
+            "return_mean": float(masked_mean(returns, mask)),
+            "value_mean": float(masked_mean(old_v, mask)),
+        }
+
+    def _finish_step(
+        self, batch: PPOBatch, mask: torch.Tensor, out: dict[str, float]
+    ) -> dict[str, float]:
+        """Count the update, drop the gradients, return host memory; add the batch's stats."""
+        self.num_updates += 1
+        self.actor_opt.zero_grad(set_to_none=True)  # gradients are not needed between steps
+        self.critic_opt.zero_grad(set_to_none=True)
+        if self.accelerator.device.type == "cpu":
+            release_host_memory()
+        out.update(
+            score_mean=float(batch.scores.mean()),
             response_len=float(mask.sum(1).mean()),
         )
         return out

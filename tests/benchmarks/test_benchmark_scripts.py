@@ -230,6 +230,22 @@ def test_engine_step_compares_both_engines_on_the_tiny_model():
     assert "--batch 3 must be a multiple of --num-generations 2" in bad.stderr
 
 
+def test_ppo_update_times_the_three_update_paths_on_the_tiny_model():
+    """Three rows on the same batch; each ratio is its row's seconds over micro 1's."""
+    script = ROOT / "benchmarks" / "ppo_update.py"
+    args = [sys.executable, str(script), "--tiny", "--rounds", "1", "--no-record"]
+    args += ["--prompt-len", "40", "--response-len", "6", "--batch", "3"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if "tiny qwen3_5_text" in line]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    assert [c[1] for c in cells] == ["general, micro 1", "general, micro B", "single pass"]
+    assert all(c[3] == "3 x (40 + 6)" for c in cells)
+    seconds = [float(c[5]) for c in cells]
+    for c, s in zip(cells, seconds, strict=True):
+        assert float(c[6].rstrip("x")) == pytest.approx(s / seconds[0], rel=0.02, abs=2e-3)
+
+
 def _one_error_line(err: str, prog: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err
@@ -250,6 +266,8 @@ def _one_error_line(err: str, prog: str) -> str:
         ("gpu_ppo_step", ["--tiny", "--config", "x"], "--config x: the shape of --tiny is fixed"),
         ("gpu_ppo_step", ["--config", "/nonexistent"], "--config /nonexistent: no config.json"),
         ("engine_step", ["--tiny", "--steps", "0"], "--steps must be >= 1, got 0"),
+        ("ppo_update", ["--tiny", "--rounds", "0"], "--rounds must be >= 1, got 0"),
+        ("ppo_update", ["--tiny", "--prompt-len", "20"], "--prompt-len 20 is too short"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_value_before_running(script, argv, needle, capsys):

@@ -303,6 +303,24 @@ def test_a_run_that_spent_its_budget_is_finished(tmp_path, tiny_model_dir):
     assert state("none", 2) == "resume"  # no budget: 2 of 8 steps
 
 
+def test_a_run_stored_with_another_micro_batch_is_the_same_run(tmp_path, tiny_model_dir):
+    """A speed-only setting (the PPO micro-batch) may differ from the stored run's; a setting
+    that changes the experiment (the learning rate) still refuses, naming it."""
+    from dataclasses import replace
+
+    out = tmp_path / "t"
+    s = lt._settings_from_args(lt._parser().parse_args(_cli_base(out, tiny_model_dir)))
+    spec = lt.RunSpec("churn-auc", "rpg", 0, out)
+    cfg = lt._config_for(s, spec)
+    _make_run(spec.run_dir, cfg.to_dict(), [[(3.0, 0.5), (3.0, 0.6)]], steps=1)
+    micro = cfg.ppo.micro_batch_size + 3
+    assert lt.run_state(spec, replace(cfg, ppo=replace(cfg.ppo, micro_batch_size=micro))) == (
+        lt.run_state(spec, cfg)
+    )
+    with pytest.raises(lt.UsageError, match="other settings .ppo.actor_lr = "):
+        lt.run_state(spec, replace(cfg, ppo=replace(cfg.ppo, actor_lr=0.5)))
+
+
 def test_a_run_killed_between_its_last_checkpoint_and_metrics_is_finished(tmp_path, tiny_model_dir):
     """Found in review: killed after step 2's checkpoint, before its metrics line, a run that
     had spent its budget at step 2 was called "resume" for ever (the trainer resumes after the
@@ -397,6 +415,7 @@ def _one_line(capsys) -> str:
         (["--probe-parents", "0"], ["--probe-parents must be >= 1, got 0"]),
         (["--model", "/no/such/model"], ["--model", "/no/such/model"]),
         (["--points", "1"], ["--points", "1"]),
+        (["--jobs", "0"], ["--jobs must be >= 1, got 0"]),
         (["--steps", "two"], ["--steps", "two"]),
         (["--exec-budget", "0"], ["--exec-budget", "'0'"]),
         (["--exec-budget", "soon"], ["--exec-budget", "soon"]),
@@ -559,6 +578,42 @@ def _steps(run_dir: Path) -> list[int]:
 
 
 @pytest.mark.slow
+def test_next_startable_keeps_order_but_holds_a_second_run_of_a_cold_task(tmp_path):
+    a0, a1, b0 = (lt.RunSpec(t, "rpg", k, tmp_path) for t, k in (("a", 0), ("a", 1), ("b", 0)))
+    assert lt.next_startable([a0, a1, b0], [], set()) == 0
+    assert lt.next_startable([a1, b0], [a0], set()) == 1  # a is cold and busy: b0 goes first
+    assert lt.next_startable([a1], [a0], set()) is None
+    assert lt.next_startable([a1, b0], [a0], {"a"}) == 0  # a has ended a run: its caches exist
+    assert lt.next_startable([], [a0], set()) is None
+
+
+def test_jobs_run_two_at_once_and_never_two_cold_runs_of_one_task(tmp_path):
+    import threading
+
+    specs = [lt.RunSpec(t, m, 0, tmp_path) for t in ("a", "b") for m in ("rpg", "vanilla")]
+    lock, active, seen_beside = threading.Lock(), set(), {}
+    b_started = threading.Event()
+
+    def fn(i, p):
+        with lock:
+            seen_beside[repr(p)] = {repr(q) for q in active}
+            active.add(p)
+        if p.task == "b":
+            b_started.set()
+        # a's first run ends only once b's has started: two runs were in flight at once
+        ok = b_started.wait(60) if repr(p) == "a rpg seed 0" else True
+        with lock:
+            active.discard(p)
+        return ok and i != 4
+
+    ended = lt._run_jobs(list(enumerate(specs, 1)), fn, jobs=2)
+    assert sorted(repr(p) for p, _ in ended) == sorted(repr(p) for p in specs)
+    assert dict((repr(p), ok) for p, ok in ended)["b vanilla seed 0"] is False  # fn's result
+    assert dict((repr(p), ok) for p, ok in ended)["a rpg seed 0"] is True
+    assert "a rpg seed 0" not in seen_beside["a vanilla seed 0"]  # a was cold: one at a time
+    assert "a rpg seed 0" in seen_beside["b rpg seed 0"]
+
+
 def test_tiny_table_end_to_end_then_skips_finished_runs(tmp_path, tiny_model_dir, capsys):
     out = tmp_path / "t"
     assert lt.main(_cli_base(out, tiny_model_dir)) == 0

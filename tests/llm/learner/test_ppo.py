@@ -199,6 +199,54 @@ def test_micro_batch_accumulation_equals_full_batch_gradient(tiny_model_dir):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
 
 
+def _count_forwards(module, counts, name):
+    def hook(*_):
+        counts[name] = counts.get(name, 0) + 1
+
+    return module.register_forward_hook(hook)
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4], ids=["full", "lora"])
+def test_single_pass_update_equals_the_two_pass_update(tiny_model_dir, tiny_policy, lora_rank):
+    """One micro-batch: the update's own forwards replace the no-grad rollout forwards, with the
+    same parameters, statistics and KL after two steps (the second has a moved policy, non-zero
+    values and KL), and one actor and one critic forward fewer per step."""
+    cfg = PPOConfig(actor_lr=3e-3, critic_lr=3e-3, kl_coef=0.5, lora_rank=lora_rank)
+    batches = [_batch(tiny_policy, [1.0, -0.5]), _batch(tiny_policy, [0.25, 2.0])]
+    runs = {}
+    for single in (False, True):
+        torch.manual_seed(0)  # the same LoRA A initialisation for both
+        trainer = PPOTrainer(_fresh_actor(tiny_model_dir), cfg)
+        counts: dict[str, int] = {}
+        _count_forwards(trainer.actor, counts, "actor")
+        _count_forwards(trainer.critic, counts, "critic")
+        stats = [trainer.step(b, single_pass=single) for b in batches]
+        params = [p.detach().clone() for p in trainer.policy.parameters()]
+        params += [p.detach().clone() for p in trainer.critic.parameters()]
+        runs[single] = stats, params, counts
+    (s1, p1, c1), (s2, p2, c2) = runs[False], runs[True]
+    assert s1[1]["kl"] > 1e-4 and abs(s1[1]["value_mean"]) > 1e-4  # the second step tests them
+    for a, b in zip(s1, s2, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert b[k] == pytest.approx(a[k], rel=1e-5, abs=1e-7), k
+    # Adam moves each parameter by ~lr = 3e-3 per step whatever its gradient's size, so float
+    # rounding in a near-zero gradient shows as ~1e-6 here; a wrong gradient moves it by ~lr
+    for a, b in zip(p1, p2, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    # per step: the general path runs actor and critic twice (rollout pass, update) plus the
+    # reference (the actor with its adapters off under LoRA); the single pass once each
+    ref = 1 if lora_rank else 0
+    assert c1 == {"actor": 2 * (2 + ref), "critic": 2 * 2}
+    assert c2 == {"actor": 2 * (1 + ref), "critic": 2 * 1}
+    # the default takes the single pass here; more than one micro-batch needs the general path
+    torch.manual_seed(0)
+    assert PPOTrainer(_fresh_actor(tiny_model_dir), cfg).step(batches[0]) == pytest.approx(s2[0])
+    two_micro = PPOTrainer(_fresh_actor(tiny_model_dir), PPOConfig(micro_batch_size=1))
+    with pytest.raises(ValueError, match="micro_batch_size 1 for a batch of 2"):
+        two_micro.step(batches[0], single_pass=True)
+
+
 def _seq_logps(trainer, batch):
     from rpg_llm.learner.ppo import _response_logits
 

@@ -864,10 +864,12 @@ def next_startable(
 ) -> int | None:
     """Index in ``pending`` of the next run that may start beside ``running``, or None.
 
-    A task is *warm* once one of its runs has ended in this invocation: its offline competition
-    and its SFT start (:mod:`rpg_llm.learner.sft_cache`) are then built on this machine. A run of
-    a cold task waits while another run of the same task is in flight, so that two runs never
-    build the same caches at once; otherwise the table's order is kept.
+    A task is *warm* once one of its runs has ended: its offline competition and its SFT start
+    (:mod:`rpg_llm.learner.sft_cache`) are then built. A run of a cold task waits while another
+    run of the same task is in flight, so that two runs do not build the same caches at once;
+    otherwise the table's order is kept. (A run kept from another machine makes its task warm
+    too; two runs may then build the caches at once, which both caches tolerate, renaming a
+    finished entry into place, at the cost of building them twice.)
     """
     busy = {p.task for p in running}
     for k, p in enumerate(pending):
@@ -877,20 +879,23 @@ def next_startable(
 
 
 def _run_jobs(
-    work: Sequence[tuple[int, RunSpec]], fn: Callable[[int, RunSpec], bool], jobs: int
+    work: Sequence[tuple[int, RunSpec]],
+    fn: Callable[[int, RunSpec], bool],
+    jobs: int,
+    warm: Sequence[str] = (),
 ) -> list[tuple[RunSpec, bool]]:
     """Call ``fn(i, spec)`` for every ``(i, spec)`` of ``work``, at most ``jobs`` at once in
     threads (each call waits on its own subprocesses), in the order :func:`next_startable`
-    allows; returns ``(spec, fn's result)`` in the order the calls ended."""
-
+    allows (``warm``: tasks warm from the start); returns ``(spec, fn's result)`` in the order
+    the calls ended."""
     pending = list(work)
     running: dict[Future[bool], RunSpec] = {}
-    warm: set[str] = set()
+    warm_tasks = set(warm)
     ended: list[tuple[RunSpec, bool]] = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         while pending or running:
             while len(running) < jobs and pending:
-                k = next_startable([p for _, p in pending], list(running.values()), warm)
+                k = next_startable([p for _, p in pending], list(running.values()), warm_tasks)
                 if k is None:
                     break
                 i, p = pending.pop(k)
@@ -898,7 +903,7 @@ def _run_jobs(
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:
                 p = running.pop(fut)
-                warm.add(p.task)
+                warm_tasks.add(p.task)
                 ended.append((p, bool(fut.result())))
     return ended
 
@@ -1826,7 +1831,8 @@ def _table(
             return rc == 0
         return True
 
-    ended = dict(_run_jobs(work, run_and_probe, jobs))
+    warm = sorted({p.task for p in specs if states[p] == "done"})
+    ended = dict(_run_jobs(work, run_and_probe, jobs, warm=warm))
     failed = [p for p in specs if ended.get(p) is False]
     rows, written = write_table(s, specs, cfgs, out, args.points)
     if rows:

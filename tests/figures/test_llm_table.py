@@ -612,6 +612,13 @@ def test_jobs_run_two_at_once_and_never_two_cold_runs_of_one_task(tmp_path):
     assert dict((repr(p), ok) for p, ok in ended)["a rpg seed 0"] is True
     assert "a rpg seed 0" not in seen_beside["a vanilla seed 0"]  # a was cold: one at a time
     assert "a rpg seed 0" in seen_beside["b rpg seed 0"]
+    # a task with a run finished before (kept in --out) is warm: its runs go two at once
+    a_only = [(1, specs[0]), (2, specs[1])]
+    b_started.set()
+    assert all(ok for _, ok in lt._run_jobs(a_only, fn, jobs=1, warm=["a"]))
+    both = threading.Barrier(2, timeout=60)
+    ended = lt._run_jobs(a_only, lambda i, p: both.wait() >= 0, jobs=2, warm=["a"])
+    assert [ok for _, ok in ended] == [True, True]  # a lone run would break the barrier
 
 
 def test_tiny_table_end_to_end_then_skips_finished_runs(tmp_path, tiny_model_dir, capsys):

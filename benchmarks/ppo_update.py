@@ -3,11 +3,14 @@
     python benchmarks/ppo_update.py                  # SmolLM2-135M, B = 4, 512 + 24 tokens, LoRA 16
     python benchmarks/ppo_update.py --tiny --rounds 1 --no-record   # checks the script anywhere
 
-Three trainers on the same weights, batch and scores, stepped in turn (one warm-up round, then
-``--rounds`` timed rounds, so a change of machine load falls on all three alike):
+Four trainers on the same weights, batch and scores, stepped in turn (one warm-up round, then
+``--rounds`` timed rounds, so a change of machine load falls on all four alike):
 
-* ``general, micro 1``: :meth:`rpg_llm.learner.ppo.PPOTrainer.step` as the ``cpu-default`` preset
-  runs it (one sample per forward/backward; the no-grad rollout pass, then the update);
+* ``general, micro 1``: :meth:`rpg_llm.learner.ppo.PPOTrainer.step` with one sample per
+  forward/backward (the ``cpu-default`` preset's micro-batch), forced onto the plain path (the
+  no-grad rollout pass, then the update);
+* ``critic in rollout, micro 1``: the same as the preset runs it, the critic's update done in the
+  rollout pass (one critic forward fewer; same result, tests/llm/learner);
 * ``general, micro B``: the same with the whole batch in one forward/backward;
 * ``single pass``: ``micro B`` where the update's own forward passes give the rollout-time
   log-probs and values (one actor and one critic forward fewer; same result, tests/llm/learner).
@@ -99,13 +102,15 @@ def _batch(tokenizer: Any, args: Any) -> Any:
     return PPOBatch.from_lists(queries, answers, scores, tokenizer.pad_token_id)
 
 
-VARIANTS = ("general, micro 1", "general, micro B", "single pass")
+VARIANTS = ("general, micro 1", "critic in rollout, micro 1", "general, micro B", "single pass")
+"""The update paths timed, and the ``single_pass`` argument of ``PPOTrainer.step`` for each."""
+SINGLE_PASS: dict[str, bool | None] = dict(zip(VARIANTS, (False, None, False, True), strict=True))
 
 
 def _trainer(args: Any, tmp: Path, variant: str) -> Any:
     from rpg_llm.learner.ppo import PPOConfig, PPOTrainer
 
-    micro = 1 if variant == "general, micro 1" else args.batch
+    micro = 1 if variant.endswith("micro 1") else args.batch
     cfg = PPOConfig(
         micro_batch_size=micro, lora_rank=args.lora_rank, lora_alpha=32.0, actor_lr=2e-5,
         critic_lr=1e-4,
@@ -148,7 +153,7 @@ def _main(argv: Sequence[str] | None) -> int:
             for v in VARIANTS:
                 with PeakRSS() as rss:
                     t0 = time.perf_counter()
-                    trainers[v].step(batch, single_pass=v == "single pass")
+                    trainers[v].step(batch, single_pass=SINGLE_PASS[v])
                     seconds[v].append(time.perf_counter() - t0)
                 peaks[v].append(rss.extra_gb)
     header = (
@@ -174,7 +179,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Time the three update paths and print the table (exit 2 on a usage error)."""
+    """Time the four update paths and print the table (exit 2 on a usage error)."""
     return run_cli(PROG, _main, argv)
 
 

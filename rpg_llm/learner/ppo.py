@@ -606,6 +606,61 @@ class PPOTrainer:
             "old_values": torch.cat(vals),
         }
 
+    def _rollout_with_critic_update(
+        self, batch: PPOBatch, mask: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], dict[str, list[float]]]:
+        """:meth:`_rollout_stats` for one epoch over one mini-batch, with the critic's update
+        folded in: the critic's forward keeps its graph, its output (detached) is the old
+        values, and the value loss is back-propagated micro-batch by micro-batch on the way.
+
+        Exact because every input of the value loss is row-local: a row's KL-penalised rewards,
+        its GAE returns and its old values need only that row, and before the optimiser step the
+        critic's parameters are the rollout's (the value clip is then inactive). Saves the
+        critic's no-grad forward. Returns the rollout tensors (each ``[B, R]``; also ``rewards``,
+        ``kl``, ``advantages`` before whitening, ``returns``) and the value-loss statistics as
+        per-micro-batch partial sums (normalised by the batch's response-token count).
+        """
+        cfg, T = self.config, self.temperature
+        n_tokens = float(mask.sum().clamp(min=1.0))
+        parts: dict[str, list[torch.Tensor]] = {}
+        stats: dict[str, list[float]] = {}
+        self.critic_opt.zero_grad(set_to_none=True)
+        with _update_mode(self.actor, self.critic):
+            for idx in _chunks(batch.scores.shape[0], cfg.micro_batch_size):
+                sub, m = batch.select(idx), mask[idx]
+                with torch.no_grad():
+                    old_logp = logprobs_from_logits(
+                        _response_logits(self.actor, sub, T), sub.response_ids
+                    )
+                    if self.ref is not None:
+                        ref_logits = _response_logits(self.ref, sub, T)
+                    else:
+                        with self.policy.disable_adapter():
+                            ref_logits = _response_logits(self.actor, sub, T)
+                    ref_logp = logprobs_from_logits(ref_logits, sub.response_ids)
+                    del ref_logits
+                v = _response_values(self.critic, sub)
+                old_v = v.detach()
+                rewards, kl = kl_penalized_rewards(
+                    sub.scores.float(), old_logp, ref_logp, m, cfg.kl_coef
+                )
+                advantages, returns = gae(rewards, old_v, m, cfg.gamma, cfg.lam)
+                vf, vf_stats = value_loss(v, old_v, returns, m, cfg.value_clip, normalizer=n_tokens)
+                self.accelerator.backward(cfg.vf_coef * vf)
+                for k, val in {"vf_loss": vf, **vf_stats}.items():
+                    stats.setdefault(k, []).append(float(val.detach()))
+                for k, t in (
+                    ("old_logprobs", old_logp),
+                    ("ref_logprobs", ref_logp),
+                    ("old_values", old_v),
+                    ("rewards", rewards),
+                    ("kl", kl),
+                    ("advantages", advantages),
+                    ("returns", returns),
+                ):
+                    parts.setdefault(k, []).append(t)
+        return {k: torch.cat(v) for k, v in parts.items()}, stats
+
     # -- one PPO step ---------------------------------------------------------------------------
 
     def step(self, batch: PPOBatch, single_pass: bool | None = None) -> dict[str, float]:
@@ -616,13 +671,16 @@ class PPOTrainer:
         mini-batches, each accumulated over micro-batches, with gradient clipping per model.
         When that is one forward/backward over the whole batch (one epoch, one mini-batch, one
         micro-batch), the update's own forward passes give the rollout-time quantities
-        (:meth:`_single_pass_step`; same result, one actor and one critic forward fewer).
+        (:meth:`_single_pass_step`; same result, one actor and one critic forward fewer). With
+        one epoch and one mini-batch of several micro-batches, the critic's update is done in
+        the rollout pass (:meth:`_rollout_with_critic_update`; same result, one critic forward
+        fewer).
 
         Args:
             batch: the rollout batch (``B`` rows).
-            single_pass: None: the single pass whenever it applies; False: the general path
-                always (for comparisons); True: the single pass, or ValueError where it does not
-                apply.
+            single_pass: None: the cheapest of these exact paths that applies; False: the
+                general path always (for comparisons); True: the single pass, or ValueError
+                where it does not apply.
 
         Raises:
             ValueError: ``single_pass=True`` with more than one epoch, mini-batch or micro-batch.
@@ -643,14 +701,20 @@ class PPOTrainer:
         if applies and single_pass is not False:
             out = self._single_pass_step(batch, mask)
             return self._finish_step(batch, mask, out)
-        roll = self._rollout_stats(batch)
-        rewards, kl = kl_penalized_rewards(
-            batch.scores.float(), roll["old_logprobs"], roll["ref_logprobs"], mask, cfg.kl_coef
-        )
-        advantages, returns = gae(rewards, roll["old_values"], mask, cfg.gamma, cfg.lam)
+        # one epoch over one mini-batch: the critic's update rides on the rollout pass
+        critic_done = single_pass is None and cfg.ppo_epochs == 1 and mini >= B
+        stats: dict[str, list[float]] = {}
+        if critic_done:
+            roll, stats = self._rollout_with_critic_update(batch, mask)
+            kl, advantages, returns = roll["kl"], roll["advantages"], roll["returns"]
+        else:
+            roll = self._rollout_stats(batch)
+            rewards, kl = kl_penalized_rewards(
+                batch.scores.float(), roll["old_logprobs"], roll["ref_logprobs"], mask, cfg.kl_coef
+            )
+            advantages, returns = gae(rewards, roll["old_values"], mask, cfg.gamma, cfg.lam)
         if cfg.whiten_advantages:
             advantages = masked_whiten(advantages, mask)
-        stats: dict[str, list[float]] = {}
         # dropout off in every forward pass of the update (module docstring)
         with _update_mode(self.actor, self.critic):
             gen = torch.Generator().manual_seed(self.num_updates)
@@ -660,7 +724,8 @@ class PPOTrainer:
                     mb_idx = order[start : start + mini].to(device)
                     n_tokens = float(mask[mb_idx].sum().clamp(min=1.0))
                     self.actor_opt.zero_grad(set_to_none=True)
-                    self.critic_opt.zero_grad(set_to_none=True)
+                    if not critic_done:
+                        self.critic_opt.zero_grad(set_to_none=True)
                     for micro in mb_idx.split(cfg.micro_batch_size):
                         sub = batch.select(micro)
                         m = mask[micro]
@@ -677,23 +742,20 @@ class PPOTrainer:
                         ent = (entropy_from_logits(logits) * m).sum() / n_tokens
                         actor_loss = pg - cfg.entropy_coef * ent
                         self.accelerator.backward(actor_loss)
-                        v = _response_values(self.critic, sub)
-                        vf, vf_stats = value_loss(
-                            v,
-                            roll["old_values"][micro],
-                            returns[micro],
-                            m,
-                            cfg.value_clip,
-                            normalizer=n_tokens,
-                        )
-                        self.accelerator.backward(cfg.vf_coef * vf)
-                        for k, val in {
-                            "pg_loss": pg,
-                            "vf_loss": vf,
-                            "entropy": ent,
-                            **pg_stats,
-                            **vf_stats,
-                        }.items():
+                        losses = {"pg_loss": pg, "entropy": ent, **pg_stats}
+                        if not critic_done:
+                            v = _response_values(self.critic, sub)
+                            vf, vf_stats = value_loss(
+                                v,
+                                roll["old_values"][micro],
+                                returns[micro],
+                                m,
+                                cfg.value_clip,
+                                normalizer=n_tokens,
+                            )
+                            self.accelerator.backward(cfg.vf_coef * vf)
+                            losses.update(vf_loss=vf, **vf_stats)
+                        for k, val in losses.items():
                             stats.setdefault(k, []).append(float(val.detach()))
                     gn_a = self.accelerator.clip_grad_norm_(
                         self.actor.parameters(), cfg.max_grad_norm

@@ -230,8 +230,8 @@ def test_engine_step_compares_both_engines_on_the_tiny_model():
     assert "--batch 3 must be a multiple of --num-generations 2" in bad.stderr
 
 
-def test_ppo_update_times_the_three_update_paths_on_the_tiny_model():
-    """Three rows on the same batch; each ratio is its row's seconds over micro 1's."""
+def test_ppo_update_times_the_four_update_paths_on_the_tiny_model():
+    """Four rows on the same batch; each ratio is its row's seconds over micro 1's."""
     script = ROOT / "benchmarks" / "ppo_update.py"
     args = [sys.executable, str(script), "--tiny", "--rounds", "1", "--no-record"]
     args += ["--prompt-len", "40", "--response-len", "6", "--batch", "3"]
@@ -239,7 +239,12 @@ def test_ppo_update_times_the_three_update_paths_on_the_tiny_model():
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if "tiny qwen3_5_text" in line]
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
-    assert [c[1] for c in cells] == ["general, micro 1", "general, micro B", "single pass"]
+    assert [c[1] for c in cells] == [
+        "general, micro 1",
+        "critic in rollout, micro 1",
+        "general, micro B",
+        "single pass",
+    ]
     assert all(c[3] == "3 x (40 + 6)" for c in cells)
     seconds = [float(c[5]) for c in cells]
     for c, s in zip(cells, seconds, strict=True):

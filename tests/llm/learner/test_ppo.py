@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import replace
 
 import fixtures_llm
 import pytest
@@ -245,6 +246,48 @@ def test_single_pass_update_equals_the_two_pass_update(tiny_model_dir, tiny_poli
     two_micro = PPOTrainer(_fresh_actor(tiny_model_dir), PPOConfig(micro_batch_size=1))
     with pytest.raises(ValueError, match="micro_batch_size 1 for a batch of 2"):
         two_micro.step(batches[0], single_pass=True)
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4], ids=["full", "lora"])
+def test_the_critic_update_in_the_rollout_pass_equals_the_two_pass_update(
+    tiny_model_dir, tiny_policy, lora_rank
+):
+    """One epoch, one mini-batch of two micro-batches: the critic's update folded into the
+    rollout pass gives the parameters and statistics of the plain path, one critic forward
+    fewer per micro-batch; a second epoch takes the plain path."""
+    cfg = PPOConfig(
+        actor_lr=3e-3, critic_lr=3e-3, kl_coef=0.5, lora_rank=lora_rank, micro_batch_size=1
+    )
+    batches = [_batch(tiny_policy, [1.0, -0.5]), _batch(tiny_policy, [0.25, 2.0])]
+    runs = {}
+    for single in (False, None):
+        torch.manual_seed(0)
+        trainer = PPOTrainer(_fresh_actor(tiny_model_dir), cfg)
+        counts: dict[str, int] = {}
+        _count_forwards(trainer.actor, counts, "actor")
+        _count_forwards(trainer.critic, counts, "critic")
+        stats = [trainer.step(b, single_pass=single) for b in batches]
+        params = [p.detach().clone() for p in trainer.policy.parameters()]
+        params += [p.detach().clone() for p in trainer.critic.parameters()]
+        runs[single] = stats, params, counts
+    (s1, p1, c1), (s2, p2, c2) = runs[False], runs[None]
+    assert s1[1]["kl"] > 1e-4 and abs(s1[1]["value_mean"]) > 1e-4
+    assert s1[1]["vf_loss"] > 1e-4 and s1[1]["critic_grad_norm"] > 1e-4
+    for a, b in zip(s1, s2, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert b[k] == pytest.approx(a[k], rel=1e-5, abs=1e-7), k
+    for a, b in zip(p1, p2, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    ref = 1 if lora_rank else 0  # forwards of one row each: 2 rows x 2 steps
+    assert c1 == {"actor": 4 * (2 + ref), "critic": 4 * 2}
+    assert c2 == {"actor": 4 * (2 + ref), "critic": 4 * 1}
+    torch.manual_seed(0)
+    two_epochs = PPOTrainer(_fresh_actor(tiny_model_dir), replace(cfg, ppo_epochs=2))
+    counts = {}
+    _count_forwards(two_epochs.critic, counts, "critic")
+    two_epochs.step(batches[0])
+    assert counts == {"critic": 2 * (1 + 2)}  # rollout pass, then one per epoch
 
 
 def _seq_logps(trainer, batch):

@@ -473,7 +473,7 @@ def ablation_effects(arms: dict[str, tuple[float, float, int]]) -> dict[str, flo
 
 def task_row(
     task: str,
-    runs: dict[str, dict[int, Sequence]],
+    runs: Mapping[str, Mapping[int, Sequence]],
     raw_reward: str = "",
     exec_budget_s: float | None = None,
     arms: Sequence[str] = METHODS,
@@ -1610,7 +1610,7 @@ def _defaults(name: str) -> str:
 
 
 def _parser() -> ArgumentParser:
-    p = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], allow_abbrev=False)
+    p = ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n")[0], allow_abbrev=False)
     p.add_argument(
         "--quick",
         action="store_true",

@@ -110,9 +110,11 @@ class PPOConfig:
         ppo_epochs: passes over each rollout batch.
         mini_batch_size: samples per optimiser step (None: the whole batch, one step per epoch).
         micro_batch_size: samples per forward/backward (gradients accumulate over a mini-batch).
-            When one micro-batch holds the whole batch and there is one epoch and one mini-batch,
-            the update's own forward passes give the rollout-time log-probs and values
-            (``PPOTrainer.step``: one actor and one critic forward fewer per step).
+            With one epoch and one mini-batch, the critic's update is done in the rollout pass
+            (one critic forward fewer per micro-batch), and when one micro-batch holds the whole
+            batch the update's own forward passes give the rollout-time log-probs and values
+            (one actor and one critic forward fewer; ``PPOTrainer.step``). On this 2-core CPU
+            one sample per micro-batch was the fastest at B = 4 (benchmarks/RESULTS.md).
         whiten_advantages: whiten advantages over all valid tokens of the batch.
         lora_rank: 0 for full fine-tuning, else LoRA rank (peft) for actor and critic.
         lora_alpha: LoRA scaling numerator.

@@ -583,6 +583,17 @@ class PPOTrainer:
     # -- rollout-time quantities ---------------------------------------------------------------
 
     @torch.no_grad()
+    def _ref_logprobs(self, batch: PPOBatch) -> torch.Tensor:
+        """Reference log-probs of the response tokens, ``[B, R]``: the frozen copy's, or under
+        LoRA the actor's with its adapters off."""
+        if self.ref is not None:
+            logits = _response_logits(self.ref, batch, self.temperature)
+        else:
+            with self.policy.disable_adapter():
+                logits = _response_logits(self.actor, batch, self.temperature)
+        return logprobs_from_logits(logits, batch.response_ids)
+
+    @torch.no_grad()
     def _rollout_stats(self, batch: PPOBatch) -> dict[str, torch.Tensor]:
         """Old log-probs, reference log-probs and old values, micro-batched; each ``[B, R]``."""
         mb = self.config.micro_batch_size
@@ -593,12 +604,7 @@ class PPOTrainer:
                 sub = batch.select(idx)
                 old_logits = _response_logits(self.actor, sub, T)
                 olds.append(logprobs_from_logits(old_logits, sub.response_ids))
-                if self.ref is not None:
-                    ref_logits = _response_logits(self.ref, sub, T)
-                else:
-                    with self.policy.disable_adapter():
-                        ref_logits = _response_logits(self.actor, sub, T)
-                refs.append(logprobs_from_logits(ref_logits, sub.response_ids))
+                refs.append(self._ref_logprobs(sub))
                 vals.append(_response_values(self.critic, sub))
         return {
             "old_logprobs": torch.cat(olds),
@@ -632,13 +638,7 @@ class PPOTrainer:
                     old_logp = logprobs_from_logits(
                         _response_logits(self.actor, sub, T), sub.response_ids
                     )
-                    if self.ref is not None:
-                        ref_logits = _response_logits(self.ref, sub, T)
-                    else:
-                        with self.policy.disable_adapter():
-                            ref_logits = _response_logits(self.actor, sub, T)
-                    ref_logp = logprobs_from_logits(ref_logits, sub.response_ids)
-                    del ref_logits
+                    ref_logp = self._ref_logprobs(sub)
                 v = _response_values(self.critic, sub)
                 old_v = v.detach()
                 rewards, kl = kl_penalized_rewards(
@@ -799,14 +799,7 @@ class PPOTrainer:
         self.actor_opt.zero_grad(set_to_none=True)
         self.critic_opt.zero_grad(set_to_none=True)
         with _update_mode(self.actor, self.critic):
-            with torch.no_grad():
-                if self.ref is not None:
-                    ref_logits = _response_logits(self.ref, batch, T)
-                else:
-                    with self.policy.disable_adapter():
-                        ref_logits = _response_logits(self.actor, batch, T)
-                ref_logp = logprobs_from_logits(ref_logits, batch.response_ids)
-                del ref_logits
+            ref_logp = self._ref_logprobs(batch)
             logits = _response_logits(self.actor, batch, T)
             logp = logprobs_from_logits(logits, batch.response_ids)
             ent = (entropy_from_logits(logits) * mask).sum() / n_tokens

@@ -207,26 +207,21 @@ def _count_forwards(module, counts, name):
     return module.register_forward_hook(hook)
 
 
-@pytest.mark.parametrize("lora_rank", [0, 4], ids=["full", "lora"])
-def test_single_pass_update_equals_the_two_pass_update(tiny_model_dir, tiny_policy, lora_rank):
-    """One micro-batch: the update's own forwards replace the no-grad rollout forwards, with the
-    same parameters, statistics and KL after two steps (the second has a moved policy, non-zero
-    values and KL), and one actor and one critic forward fewer per step."""
-    cfg = PPOConfig(actor_lr=3e-3, critic_lr=3e-3, kl_coef=0.5, lora_rank=lora_rank)
-    batches = [_batch(tiny_policy, [1.0, -0.5]), _batch(tiny_policy, [0.25, 2.0])]
-    runs = {}
-    for single in (False, True):
-        torch.manual_seed(0)  # the same LoRA A initialisation for both
-        trainer = PPOTrainer(_fresh_actor(tiny_model_dir), cfg)
-        counts: dict[str, int] = {}
-        _count_forwards(trainer.actor, counts, "actor")
-        _count_forwards(trainer.critic, counts, "critic")
-        stats = [trainer.step(b, single_pass=single) for b in batches]
-        params = [p.detach().clone() for p in trainer.policy.parameters()]
-        params += [p.detach().clone() for p in trainer.critic.parameters()]
-        runs[single] = stats, params, counts
-    (s1, p1, c1), (s2, p2, c2) = runs[False], runs[True]
-    assert s1[1]["kl"] > 1e-4 and abs(s1[1]["value_mean"]) > 1e-4  # the second step tests them
+def _two_steps(model_dir, cfg, batches, single_pass):
+    """Two steps of a fresh trainer: per-step statistics, final actor + critic parameters and
+    the forward counts of each model."""
+    torch.manual_seed(0)  # the same LoRA A initialisation in every trainer
+    trainer = PPOTrainer(_fresh_actor(model_dir), cfg)
+    counts: dict[str, int] = {}
+    _count_forwards(trainer.actor, counts, "actor")
+    _count_forwards(trainer.critic, counts, "critic")
+    stats = [trainer.step(b, single_pass=single_pass) for b in batches]
+    params = [p.detach().clone() for p in trainer.policy.parameters()]
+    params += [p.detach().clone() for p in trainer.critic.parameters()]
+    return stats, params, counts
+
+
+def _assert_same_steps(s1, p1, s2, p2):
     for a, b in zip(s1, s2, strict=True):
         assert a.keys() == b.keys()
         for k in a:
@@ -235,6 +230,20 @@ def test_single_pass_update_equals_the_two_pass_update(tiny_model_dir, tiny_poli
     # rounding in a near-zero gradient shows as ~1e-6 here; a wrong gradient moves it by ~lr
     for a, b in zip(p1, p2, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4], ids=["full", "lora"])
+def test_single_pass_update_equals_the_two_pass_update(tiny_model_dir, tiny_policy, lora_rank):
+    """One micro-batch: the update's own forwards replace the no-grad rollout forwards, with the
+    same parameters, statistics and KL after two steps (the second has a moved policy, non-zero
+    values and KL), and one actor and one critic forward fewer per step."""
+    cfg = PPOConfig(actor_lr=3e-3, critic_lr=3e-3, kl_coef=0.5, lora_rank=lora_rank)
+    batches = [_batch(tiny_policy, [1.0, -0.5]), _batch(tiny_policy, [0.25, 2.0])]
+    (s1, p1, c1), (s2, p2, c2) = (
+        _two_steps(tiny_model_dir, cfg, batches, x) for x in (False, True)
+    )
+    assert s1[1]["kl"] > 1e-4 and abs(s1[1]["value_mean"]) > 1e-4  # the second step tests them
+    _assert_same_steps(s1, p1, s2, p2)
     # per step: the general path runs actor and critic twice (rollout pass, update) plus the
     # reference (the actor with its adapters off under LoRA); the single pass once each
     ref = 1 if lora_rank else 0
@@ -259,26 +268,12 @@ def test_the_critic_update_in_the_rollout_pass_equals_the_two_pass_update(
         actor_lr=3e-3, critic_lr=3e-3, kl_coef=0.5, lora_rank=lora_rank, micro_batch_size=1
     )
     batches = [_batch(tiny_policy, [1.0, -0.5]), _batch(tiny_policy, [0.25, 2.0])]
-    runs = {}
-    for single in (False, None):
-        torch.manual_seed(0)
-        trainer = PPOTrainer(_fresh_actor(tiny_model_dir), cfg)
-        counts: dict[str, int] = {}
-        _count_forwards(trainer.actor, counts, "actor")
-        _count_forwards(trainer.critic, counts, "critic")
-        stats = [trainer.step(b, single_pass=single) for b in batches]
-        params = [p.detach().clone() for p in trainer.policy.parameters()]
-        params += [p.detach().clone() for p in trainer.critic.parameters()]
-        runs[single] = stats, params, counts
-    (s1, p1, c1), (s2, p2, c2) = runs[False], runs[None]
+    (s1, p1, c1), (s2, p2, c2) = (
+        _two_steps(tiny_model_dir, cfg, batches, x) for x in (False, None)
+    )
     assert s1[1]["kl"] > 1e-4 and abs(s1[1]["value_mean"]) > 1e-4
     assert s1[1]["vf_loss"] > 1e-4 and s1[1]["critic_grad_norm"] > 1e-4
-    for a, b in zip(s1, s2, strict=True):
-        assert a.keys() == b.keys()
-        for k in a:
-            assert b[k] == pytest.approx(a[k], rel=1e-5, abs=1e-7), k
-    for a, b in zip(p1, p2, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    _assert_same_steps(s1, p1, s2, p2)
     ref = 1 if lora_rank else 0  # forwards of one row each: 2 rows x 2 steps
     assert c1 == {"actor": 4 * (2 + ref), "critic": 4 * 2}
     assert c2 == {"actor": 4 * (2 + ref), "critic": 4 * 1}

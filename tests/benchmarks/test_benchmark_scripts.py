@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -203,19 +204,24 @@ def test_gpu_ppo_step_script_runs_tiny_on_cpu():
         assert no_gpu.returncode == 2 and "no CUDA GPU" in no_gpu.stderr
 
 
+def _tiny_rows(script: Path, *flags: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """Run a timing script on the tiny model (answers of 6 tokens, nothing recorded); its
+    output and the cells of its table rows."""
+    args = [sys.executable, str(script), "--tiny", "--no-record", "--response-len", "6", *flags]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if "tiny qwen3_5_text" in line]
+    return out, [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+
+
 @pytest.mark.slow
 def test_engine_step_compares_both_engines_on_the_tiny_model():
     """Both engines' rows, on the same B x (prompt + answer), and the ratio line, which must be
     the ratio of the rows' own numbers."""
     pytest.importorskip("trl")
     script = ROOT / "benchmarks" / "engine_step.py"
-    args = [sys.executable, str(script), "--tiny", "--steps", "1", "--no-record"]
-    args += ["--prompt-len", "12", "--response-len", "6", "--batch", "4"]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line for line in out.stdout.splitlines() if "tiny qwen3_5_text" in line]
-    assert len(rows) == 2 and "ours" in rows[0] and "TRL" in rows[1]
-    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    out, cells = _tiny_rows(script, "--steps", "1", "--prompt-len", "12", "--batch", "4")
+    assert len(cells) == 2 and "ours" in " ".join(cells[0]) and "TRL" in " ".join(cells[1])
     assert cells[0][3] == cells[1][3] == "4 x (12 + 6)"
     ours_aps, trl_aps = float(cells[0][5]), float(cells[1][5])
     ours_step, trl_step = float(cells[0][8]), float(cells[1][8])
@@ -233,12 +239,7 @@ def test_engine_step_compares_both_engines_on_the_tiny_model():
 def test_ppo_update_times_the_four_update_paths_on_the_tiny_model():
     """Four rows on the same batch; each ratio is its row's seconds over micro 1's."""
     script = ROOT / "benchmarks" / "ppo_update.py"
-    args = [sys.executable, str(script), "--tiny", "--rounds", "1", "--no-record"]
-    args += ["--prompt-len", "40", "--response-len", "6", "--batch", "3"]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line for line in out.stdout.splitlines() if "tiny qwen3_5_text" in line]
-    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    _, cells = _tiny_rows(script, "--rounds", "1", "--prompt-len", "40", "--batch", "3")
     assert [c[1] for c in cells] == [
         "general, micro 1",
         "critic in rollout, micro 1",

@@ -1087,7 +1087,9 @@ def _recorded_settings(command: str):
     return lt._settings_from_args(lt._parser().parse_args(argv[3:]))
 
 
-@pytest.mark.parametrize("record", ["llm_table_tuning.json", "llm_table_lambda.json"])
+@pytest.mark.parametrize(
+    "record", ["llm_table_tuning.json", "llm_table_lambda.json", "llm_table_lambda_full.json"]
+)
 def test_the_tuning_records_commands_run_what_they_say(record, tmp_path):
     """Each recorded command, parsed by today's llm_table, runs the recorded task on the
     recorded held-out seeds (none of the table's), at the recorded setting; the fixed-lambda
@@ -1101,6 +1103,12 @@ def test_the_tuning_records_commands_run_what_they_say(record, tmp_path):
         if record == "llm_table_tuning.json":
             assert (s.batch_size, s.exec_budget_s, s.steps) == (2, 12.0, 10)
             assert cfg.reward.time_measure == "wall" and s.probe_answers == 0
+        elif record == "llm_table_lambda_full.json":  # the full protocol, no probe
+            assert s == replace(
+                lt.FULL, tasks=("diamonds-price-rmse",), seeds=(900, 901), probe_answers=0,
+                arms=("rpg", "fixed-lambda"), fixed_lambda=s.fixed_lambda,
+            )  # fmt: skip
+            assert "execution budget 30 CPU-seconds per chain" in rec["setting"]
         else:
             assert s == lt.TableSettings(
                 tasks=("diamonds-price-rmse",), seeds=(900, 901), steps=5, batch_size=2,
@@ -1108,14 +1116,17 @@ def test_the_tuning_records_commands_run_what_they_say(record, tmp_path):
                 fixed_lambda=s.fixed_lambda,
             )  # fmt: skip
             assert "execution budget 10 CPU-seconds per chain" in rec["setting"]
+        if record != "llm_table_tuning.json":
             assert f"{s.fixed_lambda:g}" in {f"{float(k):g}" for k in rec["candidates"]}
-    if record == "llm_table_lambda.json":
+    if record != "llm_table_tuning.json":
         means = {k: sum(c["seed_values"]) / 2 for k, c in rec["candidates"].items()}
         for k, c in rec["candidates"].items():
             assert c["fixed_lambda"] == pytest.approx(means[k], abs=5e-4)
         best = max(means.values())
         chosen = f"{rec['chosen']['fixed_lambda']:g}"
         assert means[next(k for k in means if f"{float(k):g}" == chosen)] == best
+        # ties go to the smallest price
+        assert float(chosen) == min(float(k) for k in means if means[k] == best)
 
 
 def test_probe_flags_are_checked(tmp_path, capsys, tiny_model_dir):

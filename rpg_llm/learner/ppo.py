@@ -622,8 +622,8 @@ class PPOTrainer:
         Exact because every input of the value loss is row-local: a row's KL-penalised rewards,
         its GAE returns and its old values need only that row, and before the optimiser step the
         critic's parameters are the rollout's (the value clip is then inactive). Saves the
-        critic's no-grad forward. Returns the rollout tensors (each ``[B, R]``; also ``rewards``,
-        ``kl``, ``advantages`` before whitening, ``returns``) and the value-loss statistics as
+        critic's no-grad forward. Returns the rollout tensors (each ``[B, R]``; also ``kl``,
+        ``advantages`` before whitening, ``returns``) and the value-loss statistics as
         per-micro-batch partial sums (normalised by the batch's response-token count).
         """
         cfg, T = self.config, self.temperature
@@ -653,7 +653,6 @@ class PPOTrainer:
                     ("old_logprobs", old_logp),
                     ("ref_logprobs", ref_logp),
                     ("old_values", old_v),
-                    ("rewards", rewards),
                     ("kl", kl),
                     ("advantages", advantages),
                     ("returns", returns),

@@ -1793,18 +1793,16 @@ def _main(argv: Sequence[str] | None) -> int:
             )
         return _table(args, s, out, specs, cfgs)
     with _lock(out):
-        return _table(args, s, out, specs, cfgs, args.jobs)
+        return _table(args, s, out, specs, cfgs)
 
 
-def _table(
-    args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict, jobs: int = 1
-) -> int:
+def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) -> int:
     states = {p: run_state(p, cfgs[p]) for p in specs}
     measure = cfgs[specs[0]].reward.time_measure
     print(protocol_text(s, measure, cfgs[specs[0]].trl.num_generations), flush=True)
     print(TUNING_NOTE, flush=True)
-    if jobs > 1:
-        print(f"{jobs} runs at once (--jobs), each on one torch thread", flush=True)
+    if args.jobs > 1 and not args.table_only:
+        print(f"{args.jobs} runs at once (--jobs), each on one torch thread", flush=True)
     n = len(specs)
     work: list[tuple[int, RunSpec]] = []
     for i, p in enumerate(specs, 1):
@@ -1832,7 +1830,7 @@ def _table(
         return True
 
     warm = sorted({p.task for p in specs if states[p] == "done"})
-    ended = dict(_run_jobs(work, run_and_probe, jobs, warm=warm))
+    ended = dict(_run_jobs(work, run_and_probe, args.jobs, warm=warm))
     failed = [p for p in specs if ended.get(p) is False]
     rows, written = write_table(s, specs, cfgs, out, args.points)
     if rows:

@@ -192,8 +192,9 @@ TUNING_NOTE = (
     "preset's 2e-5 is kept (the difference is far inside one standard error). Commands and "
     "values: paper_figures/llm_table_tuning.json. Fixed-lambda's price of time: 1/3600 per "
     "CPU-s against 0.01 and 0.1, chosen on diamonds-price-rmse at 2 chains and 10 CPU-s per "
-    "chain on the same seeds (0.904 vs "
-    "0.887; paper_figures/llm_table_lambda.json); at the full protocol it is not chosen yet."
+    "chain on the same seeds (0.904 vs 0.887; paper_figures/llm_table_lambda.json), and again "
+    "at the full protocol (4 chains, 30 CPU-s): 1/3600 and 0.01 tie at 0.928, 0.1 gives 0.916, "
+    "and ties go to the smaller price (paper_figures/llm_table_lambda_full.json)."
 )
 TABLE_FIELDS = [
     "task",
@@ -726,8 +727,8 @@ def _check_settings(s: TableSettings) -> None:
     if "fixed-lambda" in s.arms and not (s.fixed_lambda is not None and s.fixed_lambda > 0):
         raise UsageError(
             f"--arms fixed-lambda needs --fixed-lambda > 0, got {s.fixed_lambda} (chosen on "
-            "held-out seeds at 2 chains and 10 CPU-s: 0.000277778 per CPU-s, "
-            "paper_figures/llm_table_lambda.json)"
+            "held-out seeds at the full protocol: 0.000277778 per CPU-s, "
+            "paper_figures/llm_table_lambda_full.json)"
         )
     if s.fixed_lambda is not None and "fixed-lambda" not in s.arms:
         raise UsageError(f"--fixed-lambda {s.fixed_lambda:g} applies to --arms fixed-lambda only")
@@ -1705,8 +1706,9 @@ def _parser() -> ArgumentParser:
         type=float,
         default=None,
         help="price of time of the fixed-lambda arm, reward per second of the time measure "
-        "(CPU-s by default); chosen on seeds 900, 901 at 2 chains and 10 CPU-s: 0.000277778 "
-        "(paper_figures/llm_table_lambda.json)",
+        "(CPU-s by default); chosen on seeds 900, 901 at the full protocol: 0.000277778 "
+        "(paper_figures/llm_table_lambda_full.json; the same at 2 chains and 10 CPU-s, "
+        "paper_figures/llm_table_lambda.json)",
     )
     p.add_argument(
         "--points", type=int, default=200, help="budget grid of the figures (default %(default)s)"
@@ -1821,6 +1823,9 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
                 return False
         # probed at once, so that a finished run's folder is complete (RUN_RECORD) and can be kept
         if s.probe_answers:
+            if probe_is_current(s, p, cfgs[p].engine):
+                print(f"[{i}/{n}] {p}: probe skip (current)", flush=True)
+                return True
             t0 = time.perf_counter()
             rc = _probe_run(s, p, cfgs[p].engine)
             wall = time.perf_counter() - t0

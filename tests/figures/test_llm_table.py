@@ -1127,6 +1127,8 @@ def test_the_tuning_records_commands_run_what_they_say(record, tmp_path):
         assert means[next(k for k in means if f"{float(k):g}" == chosen)] == best
         # ties go to the smallest price
         assert float(chosen) == min(float(k) for k in means if means[k] == best)
+        # the protocol printed with the table quotes the record and its best value
+        assert record in lt.TUNING_NOTE and f"{best:.3f}" in lt.TUNING_NOTE
 
 
 def test_probe_flags_are_checked(tmp_path, capsys, tiny_model_dir):
@@ -1168,7 +1170,7 @@ def test_probe_runs_after_the_finished_runs_and_feeds_the_table(
 
 
 def test_each_run_is_probed_when_it_finishes_and_its_kept_record_stands(
-    tmp_path, tiny_model_dir, monkeypatch
+    tmp_path, tiny_model_dir, monkeypatch, capsys
 ):
     """Runs and probes alternate (run, its probe, next run); a copy of only RUN_RECORD of each
     folder (no checkpoint, no weights) is skipped as finished and probed by a later slice, which
@@ -1223,7 +1225,10 @@ def test_each_run_is_probed_when_it_finishes_and_its_kept_record_stands(
     assert not list(kept.glob("runs/*/*/checkpoints"))
     monkeypatch.setattr(lt, "_run_one", lambda *a: pytest.fail(f"ran {a[1]} again"))
     monkeypatch.setattr(lt.subprocess, "run", lambda cmd, **kw: pytest.fail(f"started {cmd}"))
+    capsys.readouterr()
     assert lt.main([*argv[:1], str(kept), *argv[2:]]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("probe skip (current)") == 4 and "probe exit" not in printed
     for name in ("llm_table.csv", "llm_table_probe.csv"):
         assert (kept / name).read_text() == (out / name).read_text()
 

@@ -92,6 +92,9 @@ with the same ``--out`` skips it, and ``--table-only`` reads it. ``--jobs N`` ke
 with its probe) in flight at once, in the table's order, except that a task's second run waits
 until its first has ended (:func:`next_startable`: the task's offline competition and SFT start
 are then built once); every run uses one torch thread, so ``--jobs 2`` fills a 2-core machine.
+Each slice that starts a run or a probe appends a row to ``<out>/llm_table_slices.csv`` (its wall
+time, ``--jobs``, the runs and probes it started, the machine's load: :mod:`paper_figures._slices`),
+and the table's text sums them, so a table made across sessions states what it cost.
 """
 
 from __future__ import annotations
@@ -111,6 +114,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paper_figures import _slices as slices
 from rpg_core.cli import ArgumentParser, UsageError, comma_list, count, out_folder, run_cli
 
 __all__ = [
@@ -309,6 +313,11 @@ class RunSpec:
         self.task, self.method, self.seed = task, method, seed
         self.run_dir = out / "runs" / task / f"{method}-seed{seed}"
         self.log_path = out / "logs" / task / f"{method}-seed{seed}.log"
+
+    @property
+    def name(self) -> str:
+        """``<task>/<method>-seed<seed>``, the run's folder under ``<out>/runs``."""
+        return f"{self.task}/{self.method}-seed{self.seed}"
 
     def __repr__(self) -> str:
         return f"{self.task} {self.method} seed {self.seed}"
@@ -1332,7 +1341,10 @@ def write_table(
     time_measure = cfgs[specs[0]].reward.time_measure
     seeding = _seeding_text(s.tasks, {bool(cfgs[p].seed_buffer) for p in specs})
     g = cfgs[specs[0]].trl.num_generations
-    md.write_text(_markdown_document(s, rows, avg, dropped, time_measure, edits, seeding, g))
+    names = [f"{r.task}/{Path(x['run_dir']).name}" for r in rows for x in r.runs]
+    ledger = slices.slices_text(slices.read_slices(out / slices.SLICES_CSV), names)
+    doc = _markdown_document(s, rows, avg, dropped, time_measure, edits, seeding, g, ledger)
+    md.write_text(doc)
     written.append(md)
     return rows, written
 
@@ -1390,6 +1402,7 @@ def _markdown_document(
     edits: Sequence[dict] = (),
     seeding: str = "",
     num_generations: int | None = None,
+    ledger: str = "",
 ) -> str:
     settings = (
         f"engine {s.engine}; preset {s.preset}; model {s.model or 'the preset default'}; steps "
@@ -1438,6 +1451,7 @@ def _markdown_document(
         + "\nChains that ended before B (their run hit the step cap first; read at their end): "
         + f"{ended}.\n"
         + _machine_time_text(rows)
+        + (f"\n{ledger}\n" if ledger else "")
         + (f"\nSeeding: {seeding}\n" if seeding else "")
         + f"\n{protocol_text(s, time_measure, num_generations)}\n"
         + f"\nSettings: {settings}.\n\n{TUNING_NOTE}\n"
@@ -1813,10 +1827,13 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
         if not args.table_only and (states[p] != "done" or s.probe_answers):
             work.append((i, p))
 
+    started: dict[str, list[str]] = {"runs": [], "probes": []}
+
     def run_and_probe(i: int, p: RunSpec) -> bool:
         """Run (unless finished) and probe one spec; True when it ended complete."""
         if states[p] != "done":
             print(f"[{i}/{n}] {p}: {states[p]} -> {p.run_dir} (log {p.log_path})", flush=True)
+            started["runs"].append(p.name)
             rc, wall = _run_one(s, p, states[p])
             print(f"[{i}/{n}] {p}: exit {rc} after {wall:.1f} s", flush=True)
             if rc != 0 or run_state(p, cfgs[p]) != "done":
@@ -1827,6 +1844,7 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
                 print(f"[{i}/{n}] {p}: probe skip (current)", flush=True)
                 return True
             t0 = time.perf_counter()
+            started["probes"].append(p.name)
             rc = _probe_run(s, p, cfgs[p].engine)
             wall = time.perf_counter() - t0
             where = p.run_dir / "probe"
@@ -1835,7 +1853,21 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
         return True
 
     warm = sorted({p.task for p in specs if states[p] == "done"})
-    ended = dict(_run_jobs(work, run_and_probe, args.jobs, warm=warm))
+    t0, begun, load = time.perf_counter(), slices.now_utc(), slices.LoadSampler()
+    outcome = "interrupted"
+    try:
+        ended = dict(_run_jobs(work, run_and_probe, args.jobs, warm=warm))
+        outcome = "failed" if not all(ended.values()) else "complete"
+    finally:
+        load_mean, load_max = load.stop()
+        if started["runs"] or started["probes"]:
+            row = slices.Slice(
+                started_utc=begun, wall_s=round(time.perf_counter() - t0, 1), jobs=args.jobs,
+                runs=tuple(started["runs"]), probes=tuple(started["probes"]),
+                load_mean=round(load_mean, 2), load_max=round(load_max, 2),
+                cpus=os.cpu_count() or 1, outcome=outcome,
+            )  # fmt: skip
+            slices.append_slice(out / slices.SLICES_CSV, row)
     failed = [p for p in specs if ended.get(p) is False]
     rows, written = write_table(s, specs, cfgs, out, args.points)
     if rows:

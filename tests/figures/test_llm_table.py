@@ -16,6 +16,7 @@ import fixtures_llm
 import numpy as np
 import pytest
 
+from paper_figures import _slices as slices
 from paper_figures import llm_table as lt
 
 tiny_model_dir = fixtures_llm.tiny_model_dir
@@ -1214,6 +1215,12 @@ def test_each_run_is_probed_when_it_finishes_and_its_kept_record_stands(
         for m, k in (("rpg", 0), ("vanilla", 0), ("rpg", 1), ("vanilla", 1))
         for e in (("run", m, k), ("probe", f"{m}-seed{k}"))
     ]
+    (row,) = slices.read_slices(out / slices.SLICES_CSV)  # the slice that made the table
+    names = [f"churn-auc/{m}-seed{k}" for k in (0, 1) for m in ("rpg", "vanilla")]
+    assert (row.runs, row.probes) == (tuple(names), tuple(names))
+    assert (row.jobs, row.outcome) == (1, "complete")
+    assert row.wall_s >= 0 and row.load_max >= row.load_mean >= 0
+    assert "They started 4 of the table's 4 runs." in (out / "llm_table.md").read_text()
     kept = tmp_path / "kept"
     for f in out.glob("runs/*/*/*"):
         rel = f.relative_to(out)
@@ -1229,8 +1236,28 @@ def test_each_run_is_probed_when_it_finishes_and_its_kept_record_stands(
     assert lt.main([*argv[:1], str(kept), *argv[2:]]) == 0
     printed = capsys.readouterr().out
     assert printed.count("probe skip (current)") == 4 and "probe exit" not in printed
+    assert not (kept / slices.SLICES_CSV).exists()  # a slice that started nothing is no row
     for name in ("llm_table.csv", "llm_table_probe.csv"):
         assert (kept / name).read_text() == (out / name).read_text()
+
+
+def test_a_stopped_slice_is_recorded_as_interrupted(tmp_path, tiny_model_dir, monkeypatch):
+    """Ctrl-C during the second run: exit 130, and the ledger's row names both runs started."""
+    out = tmp_path / "t"
+    argv = _cli_base(out, tiny_model_dir, "--probe", "0")
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+
+    def fake_run(settings, spec, state):
+        if spec.method == "vanilla":
+            raise KeyboardInterrupt
+        _make_run(spec.run_dir, lt._config_for(s, spec).to_dict(), HAND[spec.method, spec.seed])
+        return 0, 0.0
+
+    monkeypatch.setattr(lt, "_run_one", fake_run)
+    assert lt.main(argv) == 130
+    (row,) = slices.read_slices(out / slices.SLICES_CSV)
+    assert row.runs == ("churn-auc/rpg-seed0", "churn-auc/vanilla-seed0") and not row.probes
+    assert row.outcome == "interrupted"
 
 
 def test_a_stored_probe_is_reused_only_for_the_same_counts_and_checkpoint(tmp_path, monkeypatch):

@@ -227,7 +227,7 @@ def resolve_hyper(
     if name == "cucb-theory":
         return None, "theory"
     entry = ((tuned or {}).get("cells", {}).get(cell.key) or {}).get(name)
-    if entry is not None:
+    if tuned is not None and entry is not None:
         source = f"tuned:{tuned['_path'].name}"
         proto = tuned.get("protocol", {})
         seeds = [TUNE_SEEDS.start, TUNE_SEEDS.stop - 1]

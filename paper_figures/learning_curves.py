@@ -187,7 +187,7 @@ def learning_curves(run_dirs: Sequence[str | Path], out: str | Path) -> dict[str
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run folders (python -m rpg_llm.run --out ...)")
     ap.add_argument("--out", default="out/learning_curves", help="output folder")
     args = ap.parse_args(argv)

@@ -97,7 +97,7 @@ CSV_FIELDS = (
 
 
 def _parser() -> ArgumentParser:
-    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--setting", choices=sorted(SETTINGS), default="small")
     ap.add_argument("--envs", default=",".join(ENVS), help="comma-separated env names")
     ap.add_argument(

@@ -66,7 +66,7 @@ CRITERION = "lowest median over the tuning trials of the final regret R_n (ties:
 
 
 def _parser() -> ArgumentParser:
-    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--setting", choices=sorted(SETTINGS), default="small")
     ap.add_argument("--cells", default=None, help="ENV:K[:X],... (default: every cell)")
     ap.add_argument("--agents", default=",".join(TUNABLE), help="comma-separated tunable agents")

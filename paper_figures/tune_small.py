@@ -40,7 +40,7 @@ HYPER_NAMES = ("lr", "age_bound", "c1", "c2")
 
 
 def _parser() -> ArgumentParser:
-    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--envs", default="E1,E4")
     ap.add_argument("--arms", type=int, default=10)
     ap.add_argument("--contexts", type=int, default=4)

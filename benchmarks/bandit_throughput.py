@@ -33,6 +33,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -154,8 +155,8 @@ def _agent(name: str) -> str:
     return name
 
 
-def _main(argv: list[str] | None) -> int:
-    ap = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+def _main(argv: Sequence[str] | None) -> int:
+    ap = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--env", default="E1")
     ap.add_argument("--arms", type=int, default=10)
     ap.add_argument("--contexts", type=int, default=4)
@@ -235,7 +236,7 @@ def _main(argv: list[str] | None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point (``rpg_core.cli`` convention: usage error exit 2, other failure exit 1)."""
     return run_cli(PROG, _main, argv)
 

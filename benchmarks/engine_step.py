@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -34,7 +34,17 @@ from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli  # noqa: 
 
 PROG = "python benchmarks/engine_step.py"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
-SAMPLE = dict(temperature=0.7, top_k=20, top_p=0.8)
+
+
+class Sampling(TypedDict):
+    """Sampling settings shared by both engines."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+
+
+SAMPLE = Sampling(temperature=0.7, top_k=20, top_p=0.8)
 
 
 def _load(args: Any, tmp: Path) -> Any:
@@ -102,7 +112,7 @@ def trl(args: Any, policy: Any, prompts: list[list[int]], tmp: Path) -> list[tup
     data = Dataset.from_dict({"prompt": texts * (args.steps + 1)})
     gen = torch.Generator().manual_seed(1)
 
-    def reward(completions: list[Any], **_: Any) -> list[float]:
+    def reward(completions: list[Any], **_: Any) -> list[float | None]:
         return torch.randn(len(completions), generator=gen).tolist()
 
     marks: list[float] = []

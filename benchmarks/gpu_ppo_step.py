@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -64,7 +65,7 @@ def _policy(args: argparse.Namespace, device: torch.device, tmp: Path) -> Policy
         config = AutoConfig.from_pretrained(args.config)
         config = getattr(config, "text_config", config)
     else:
-        shape = dict(QWEN35_4B_SHAPE)
+        shape: dict[str, Any] = dict(QWEN35_4B_SHAPE)
         shape["layer_types"] = [
             "full_attention" if (i + 1) % 4 == 0 else "linear_attention"
             for i in range(shape["num_hidden_layers"])

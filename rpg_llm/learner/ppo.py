@@ -675,6 +675,10 @@ class PPOTrainer:
         the rollout pass (:meth:`_rollout_with_critic_update`; same result, one critic forward
         fewer).
 
+        The statistics include the batch's mean prompt and response lengths (``query_len``,
+        ``response_len``, tokens) and its padded length ``seq_len = Q + R``: every forward pass
+        runs ``B`` rows of ``seq_len`` tokens, so an update's time is compared per ``B * seq_len``.
+
         Args:
             batch: the rollout batch (``B`` rows).
             single_pass: None: the cheapest of these exact paths that applies; False: the
@@ -843,6 +847,8 @@ class PPOTrainer:
         out.update(
             score_mean=float(batch.scores.mean()),
             response_len=float(mask.sum(1).mean()),
+            query_len=float(batch.query_mask.sum(1).float().mean()),
+            seq_len=float(batch.query_ids.shape[1] + mask.shape[1]),
         )
         return out
 

@@ -274,6 +274,10 @@ def test_the_critic_update_in_the_rollout_pass_equals_the_two_pass_update(
     assert s1[1]["kl"] > 1e-4 and abs(s1[1]["value_mean"]) > 1e-4
     assert s1[1]["vf_loss"] > 1e-4 and s1[1]["critic_grad_norm"] > 1e-4
     _assert_same_steps(s1, p1, s2, p2)
+    # the batch's lengths, by hand: prompts of len("import numpy") and 4 tokens, answers 3 and 2
+    q = len(tiny_policy.tokenizer("import numpy", add_special_tokens=False)["input_ids"])
+    assert s1[0]["query_len"] == (q + 4) / 2 and s1[0]["response_len"] == 2.5
+    assert s1[0]["seq_len"] == max(q, 4) + 3
     ref = 1 if lora_rank else 0  # forwards of one row each: 2 rows x 2 steps
     assert c1 == {"actor": 4 * (2 + ref), "critic": 4 * 2}
     assert c2 == {"actor": 4 * (2 + ref), "critic": 4 * 1}

@@ -1459,13 +1459,23 @@ def _markdown_document(
 
 
 def _machine_time_text(rows: Sequence[TaskRow]) -> str:
-    """One line: the table's runs' training-step wall time (:func:`run_step_seconds`)."""
-    secs = [float(x["step_seconds"]) for r in rows for x in r.runs if "step_seconds" in x]
-    if not secs:
+    """One line: the table's runs' training-step wall time (:func:`run_step_seconds`). A TRL
+    run records its step before TRL's generation and update, so its step time is execution,
+    grading and storage only; the line says so when the table has such runs."""
+    timed = [x for r in rows for x in r.runs if "step_seconds" in x]
+    if not timed:
         return ""
+    secs = [float(x["step_seconds"]) for x in timed]
+    trl = sum(x.get("engine") == "trl" for x in timed)
+    parts = "generation, execution, update"
+    if trl:
+        parts += (
+            f"; for the {trl} TRL runs execution, grading and storage only, as TRL generates "
+            "and updates outside the recorded step"
+        )
     return (
-        f"\nWall time of the runs' training steps (generation, execution, update; not start-up, "
-        f"SFT, seeding or probes): {math.fsum(secs) / 3600:.2f} h over {len(secs)} runs, "
+        f"\nWall time of the runs' training steps ({parts}; not start-up, SFT, seeding or "
+        f"probes): {math.fsum(secs) / 3600:.2f} h over {len(secs)} runs, "
         f"{min(secs):.0f}-{max(secs):.0f} s per run (`llm_table_runs.csv` step_seconds).\n"
     )
 

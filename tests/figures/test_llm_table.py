@@ -1310,3 +1310,15 @@ def test_the_raw_reward_label_follows_the_runs_raw_reward():
     pct = replace(cfg, reward=replace(cfg.reward, raw_reward="percentile"))
     assert lt._raw_reward_label("churn-auc", pct) == "leaderboard percentile"
     assert lt._raw_reward_label("no-such-task", cfg) == "raw reward"
+
+
+def test_the_machine_time_line_says_what_a_trl_run_times():
+    """A TRL run's step time excludes TRL's generation and update: the line counts such runs."""
+    from types import SimpleNamespace
+
+    runs = [{"step_seconds": "100", "engine": "ppo"}, {"step_seconds": "50", "engine": "trl"}]
+    text = lt._machine_time_text([SimpleNamespace(runs=runs)])  # type: ignore[list-item]
+    assert "0.04 h over 2 runs, 50-100 s per run" in text  # 150 s
+    assert "for the 1 TRL runs execution, grading and storage only" in text
+    only_ppo = lt._machine_time_text([SimpleNamespace(runs=runs[:1])])  # type: ignore[list-item]
+    assert "TRL" not in only_ppo and "(generation, execution, update; not start-up" in only_ppo

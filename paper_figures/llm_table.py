@@ -12,8 +12,9 @@ What it does, in order:
    the same preset, model, training engine (``--engine``: ``ppo``, this project's PPO, or
    ``trl``, TRL's GRPOTrainer; named in the protocol and in an ``engine`` column), step cap,
    execution budget, batch, response cap, timeout and action format: only the arm's flags
-   differ (:data:`ARMS`: ``rpg``, ``vanilla``, ``fixed-lambda`` with ``--fixed-lambda L``, and
-   the ablation's ``rpg-raw-parents`` and ``vanilla-rate-parents``). A finished run (its
+   differ (:data:`ARMS`: ``rpg``, ``vanilla``, ``fixed-lambda`` at ``--fixed-lambda L``, by
+   default :func:`chosen_fixed_lambda`, and the ablation's ``rpg-raw-parents`` and
+   ``vanilla-rate-parents``). A finished run (its
    ``metrics.jsonl`` reaches the run's ``steps``, or its chains have used the execution budget)
    is skipped; a killed or crashed one is continued with ``python -m rpg_llm.run --resume``.
 3. Writes the table (``llm_table.csv``, ``llm_table.md``: each arm's mean +- s.e. and the %
@@ -735,9 +736,8 @@ def _check_settings(s: TableSettings) -> None:
         )
     if "fixed-lambda" in s.arms and not (s.fixed_lambda is not None and s.fixed_lambda > 0):
         raise UsageError(
-            f"--arms fixed-lambda needs --fixed-lambda > 0, got {s.fixed_lambda} (chosen on "
-            "held-out seeds at the full protocol: 0.000277778 per CPU-s, "
-            "paper_figures/llm_table_lambda_full.json)"
+            f"--arms fixed-lambda needs --fixed-lambda > 0, got {s.fixed_lambda} (leave it out "
+            "for the price chosen on held-out seeds, paper_figures/llm_table_lambda_full.json)"
         )
     if s.fixed_lambda is not None and "fixed-lambda" not in s.arms:
         raise UsageError(f"--fixed-lambda {s.fixed_lambda:g} applies to --arms fixed-lambda only")
@@ -1573,6 +1573,33 @@ def _split_run_args(text: str | None) -> tuple[str, ...]:
         raise UsageError(f"--run-args {text!r}: {err}") from None
 
 
+def _arms(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    """The arms of ``--arms``: comma-separated names, ``all`` for :data:`ARMS`."""
+    if not text:
+        return default
+    if text.strip() == "all":
+        return tuple(ARMS)
+    return tuple(a for a in text.split(",") if a)
+
+
+def chosen_fixed_lambda(*, quick: bool = False) -> float:
+    """The fixed-lambda arm's price of time chosen on held-out seeds, reward per second.
+
+    Read from the tuning record (``chosen.fixed_lambda``): ``llm_table_lambda_full.json`` for
+    the full protocol, ``llm_table_lambda.json`` for the quick one (both: run seeds 900, 901,
+    which the table does not use). ``--fixed-lambda`` overrides it.
+
+    Raises:
+        ValueError: the record has no positive ``chosen.fixed_lambda``.
+    """
+    name = "llm_table_lambda.json" if quick else "llm_table_lambda_full.json"
+    rec = json.loads((Path(__file__).parent / name).read_text())
+    value = float(rec.get("chosen", {}).get("fixed_lambda", 0.0))
+    if not value > 0:
+        raise ValueError(f"{name}: chosen.fixed_lambda must be > 0, got {value}")
+    return value
+
+
 def _settings_from_args(args) -> TableSettings:
     base = QUICK if args.quick else FULL
     # the fields below taken from args alone are not set by FULL or QUICK (their defaults)
@@ -1594,12 +1621,14 @@ def _settings_from_args(args) -> TableSettings:
         sft_seed=args.sft_seed,
         exec_budget_s=_exec_budget(args.exec_budget, base.exec_budget_s),
         run_args=base.run_args + _split_run_args(args.run_args),
-        arms=tuple(a for a in args.arms.split(",") if a) if args.arms else base.arms,
+        arms=_arms(args.arms, base.arms),
         fixed_lambda=args.fixed_lambda,
         probe_answers=base.probe_answers if args.probe is None else args.probe,
         probe_parents=args.probe_parents,
         engine=args.engine,
     )
+    if s.fixed_lambda is None and "fixed-lambda" in s.arms:
+        s = replace(s, fixed_lambda=chosen_fixed_lambda(quick=args.quick))
     if not s.tasks:
         raise UsageError(f"--tasks {args.tasks!r} names no task")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
@@ -1723,16 +1752,16 @@ def _parser() -> ArgumentParser:
     p.add_argument(
         "--arms",
         default=None,
-        help=f"comma-separated arms, rpg first (default rpg,vanilla; all: {','.join(ARMS)})",
+        help=f"comma-separated arms, rpg first, or all ({','.join(ARMS)}) (default rpg,vanilla)",
     )
     p.add_argument(
         "--fixed-lambda",
         type=float,
         default=None,
         help="price of time of the fixed-lambda arm, reward per second of the time measure "
-        "(CPU-s by default); chosen on seeds 900, 901 at the full protocol: 0.000277778 "
-        "(paper_figures/llm_table_lambda_full.json; the same at 2 chains and 10 CPU-s, "
-        "paper_figures/llm_table_lambda.json)",
+        "(CPU-s by default); default: the price chosen on seeds 900, 901, 0.000277778 at the "
+        "full protocol (paper_figures/llm_table_lambda_full.json) and at --quick's "
+        "(paper_figures/llm_table_lambda.json)",
     )
     p.add_argument(
         "--points", type=int, default=200, help="budget grid of the figures (default %(default)s)"

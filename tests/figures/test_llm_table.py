@@ -849,6 +849,23 @@ def test_engine_trl_without_trl_exits_2_before_any_run_and_table_only_still_read
 
 
 @pytest.mark.parametrize(
+    "quick, record", [(False, "llm_table_lambda_full.json"), (True, "llm_table_lambda.json")]
+)
+def test_fixed_lambda_defaults_to_the_recorded_choice(quick, record):
+    """Without --fixed-lambda the arm runs at the price its tuning record chose on held-out
+    seeds; `--arms all` is every arm, in :data:`ARMS` order."""
+    rec = json.loads((Path(lt.__file__).parent / record).read_text())
+    argv = ["--arms", "all", *(["--quick"] if quick else [])]
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    assert s.arms == tuple(lt.ARMS) and s.arms[:3] == ("rpg", "vanilla", "fixed-lambda")
+    assert s.fixed_lambda == rec["chosen"]["fixed_lambda"] == pytest.approx(1 / 3600, rel=1e-5)
+    given = lt._settings_from_args(lt._parser().parse_args([*argv, "--fixed-lambda", "0.01"]))
+    assert given.fixed_lambda == 0.01
+    plain = lt._settings_from_args(lt._parser().parse_args(["--arms", "rpg,vanilla"]))
+    assert plain.fixed_lambda is None
+
+
+@pytest.mark.parametrize(
     "extra, needles",
     [
         (["--run-args", "--engine trl"], ["--run-args may not set --engine", "--engine"]),
@@ -857,7 +874,8 @@ def test_engine_trl_without_trl_exits_2_before_any_run_and_table_only_still_read
         (["--arms", "vanilla,rpg"], ["--arms", "rpg first"]),
         (["--arms", "rpg,greedy"], ["--arms", "'greedy'"]),
         (["--arms", "rpg"], ["--arms", "at least one other"]),
-        (["--arms", "rpg,fixed-lambda"], ["--fixed-lambda > 0"]),
+        (["--arms", "rpg,fixed-lambda", "--fixed-lambda", "0"], ["--fixed-lambda > 0", "got 0"]),
+        (["--arms", "rpg,fixed-lambda", "--fixed-lambda", "-0.01"], ["got -0.01"]),
         (["--fixed-lambda", "0.01"], ["--fixed-lambda 0.01", "--arms fixed-lambda only"]),
         (["--run-args", "--parent-rank raw"], ["--run-args", "--parent-rank"]),
     ],

@@ -18,8 +18,10 @@ What it does, in order:
    ``metrics.jsonl`` reaches the run's ``steps``, or its chains have used the execution budget)
    is skipped; a killed or crashed one is continued with ``python -m rpg_llm.run --resume``.
 3. Writes the table (``llm_table.csv``, ``llm_table.md``: each arm's mean +- s.e. and the %
-   improvement of RPG over each other arm; with all four ablation arms, the 2 x 2 table of
-   parent ranking x training reward and its main effects, :func:`ablation_effects`), the
+   improvement of RPG over each other arm; a task with rpg and some other arm finished has a
+   row, ``n/a`` in the arms it lacks, so the ablation may cover some tasks only; for each task
+   with all four ablation arms, the 2 x 2 table of parent ranking x training reward and its
+   main effects, :func:`ablation_effects`), the
    per-run values (``llm_table_runs.csv``) and one budget-curve figure per task
    (``figures/<task>/budget_curves.{png,pdf,csv}``, drawn by
    :func:`paper_figures.budget_curves.budget_curves`), and per task and arm the mean time and
@@ -499,19 +501,24 @@ def task_row(
         exec_budget_s: the runs' execution budget per chain (:func:`table_budget`); a chain
             with no sample finished within it has no value and is left out of its run's mean
             (the per-run ``n_chains`` says how many had one).
-        arms: the arms of the row, in column order (``rpg`` among them).
+        arms: the arms of the row, in column order (``rpg`` among them). An arm without a
+            finished run (say an ablation arm run on some tasks only) gets the cell
+            ``(nan, nan, 0)``, shown ``n/a``, and no % improvement.
 
     Raises:
-        ValueError: an arm without a finished run, or ``exec_budget_s`` not > 0.
+        ValueError: no finished rpg run, no other arm with a finished run, or
+            ``exec_budget_s`` not > 0.
     """
-    for m in arms:
-        if not runs.get(m):
-            raise ValueError(f"task {task}: no finished {m} run")
-    budget = table_budget([cs for m in arms for cs in runs[m].values()], exec_budget_s)
+    if not runs.get("rpg"):
+        raise ValueError(f"task {task}: no finished rpg run")
+    if not any(runs.get(m) for m in arms if m != "rpg"):
+        raise ValueError(f"task {task}: no other arm of {', '.join(arms)} has a finished run")
+    present = [m for m in arms if runs.get(m)]
+    budget = table_budget([cs for m in present for cs in runs[m].values()], exec_budget_s)
     cells, rows = {}, []
     for m in arms:
         vals = []
-        for seed in sorted(runs[m]):
+        for seed in sorted(runs.get(m, {})):
             v, n = run_value(runs[m][seed], budget)
             vals.append(v)
             rows.append(
@@ -573,7 +580,14 @@ def table_markdown(rows: Sequence[TaskRow], average: float, dropped: Sequence[in
         pcts = [r.pcts[m] for r in rows]
         avg, drop = (average, dropped) if m == "vanilla" else trimmed_average(pcts)
         label = "Average improvement" if m == "vanilla" else f"Average improvement over {m}"
-        lines.append(f"{label}: {_pct(avg)} % ({_how(rows, pcts, drop)}).")
+        have = sum(math.isfinite(p) for p in pcts)
+        over = (
+            f"; over the {have} task{'s' * (have != 1)} with that arm" if have < len(rows) else ""
+        )
+        lines.append(f"{label}: {_pct(avg)} % ({_how(rows, pcts, drop)}{over}).")
+    missing = [f"{r.task} {m}" for r in rows for m in arms if r.arms[m][2] == 0]
+    if missing:
+        lines += ["", f"n/a: no finished run of that arm on that task ({'; '.join(missing)})."]
     return "\n".join(lines) + "\n"
 
 
@@ -1304,9 +1318,11 @@ def write_table(
         runs: dict[str, dict[int, list]] = {m: {} for m in s.arms}
         for p in finished:
             runs[p.method][p.seed] = read_chains(p.run_dir)
-        if not all(runs[m] for m in s.arms):
-            print(f"{task}: no table row (an arm has no finished run)")
+        if not runs["rpg"] or not any(runs[m] for m in s.arms if m != "rpg"):
+            print(f"{task}: no table row (rpg or every other arm has no finished run)")
             continue
+        if missing := [m for m in s.arms if not runs[m]]:
+            print(f"{task}: {', '.join(missing)} n/a (no finished run)")
         label = _raw_reward_label(task, cfgs[finished[0]])
         row = task_row(task, runs, label, s.exec_budget_s, s.arms)
         for r in row.runs:
@@ -1487,6 +1503,8 @@ def _chain_counts(s: TableSettings, rows: Sequence[TaskRow], count) -> str:
     for r in rows:
         for m in r.arms:
             runs = [x for x in r.runs if x["method"] == m]
+            if not runs:
+                continue
             k = sum(count(x) for x in runs)
             parts.append(f"{r.task} {m} {k} of {s.batch_size * len(runs)}")
     return "; ".join(parts)

@@ -797,6 +797,37 @@ def test_table_of_five_arms_and_the_ablation_by_hand(tmp_path, tiny_model_dir):
     assert "Average improvement over fixed-lambda: +66.7 %" in md
 
 
+def test_a_task_without_the_ablation_arms_keeps_its_row_with_n_a(tmp_path, tiny_model_dir):
+    """The ablation may cover some tasks only: the other tasks keep their row, n/a in the
+    arms they lack, and each baseline's average is over the tasks that have it."""
+    out = tmp_path / "t"
+    tasks = ("--tasks", "churn-auc,concrete-strength-mae")
+    argv = _cli_base(out, tiny_model_dir, *tasks, "--arms", "all", "--fixed-lambda", "0.01")
+    s = lt._settings_from_args(lt._parser().parse_args(argv))
+    plain = {k: v for k, v in ARM_HAND.items() if k[0] == "fixed-lambda"}
+    for task, hand in (("churn-auc", HAND | ARM_HAND), ("concrete-strength-mae", HAND | plain)):
+        for (m, k), rows in hand.items():
+            spec = lt.RunSpec(task, m, k, out)
+            _make_run(spec.run_dir, lt._config_for(s, spec).to_dict(), rows, steps=1)
+    assert lt.main([*argv, "--table-only"]) == 0
+    with open(out / "llm_table.csv") as fh:
+        churn, concrete = list(csv.DictReader(fh))
+    assert concrete["task"] == "concrete-strength-mae" and float(concrete["budget_s"]) == 6.0
+    assert float(concrete["fixed-lambda_mean"]) == pytest.approx(0.45, rel=1e-5)
+    assert concrete["rpg-raw-parents_n"] == "0" and concrete["rpg-raw-parents_mean"] == "nan"
+    assert concrete["pct_over_vanilla-rate-parents"] == "nan"
+    assert float(churn["pct_over_rpg-raw-parents"]) == pytest.approx(100 * 0.2 / 0.55, rel=1e-5)
+    md = (out / "llm_table.md").read_text()
+    assert "| 0.450 ± 0.050 | n/a | n/a |" in md
+    assert "Average improvement over rpg-raw-parents: +36.4 % (" in md
+    assert "over the 1 task with that arm" in md
+    assert "no finished run of that arm on that task (concrete-strength-mae rpg-raw-parents; " in md
+    assert md.count("**churn-auc** (mean best raw reward") == 1  # the ablation: churn only
+    assert "**concrete-strength-mae**" not in md
+    with pytest.raises(ValueError, match="no finished rpg run"):
+        lt.task_row("churn-auc", {"rpg": {}, "vanilla": {0: []}}, arms=("rpg", "vanilla"))
+
+
 def test_the_engine_is_forwarded_named_in_the_protocol_and_in_each_csv(
     tmp_path, tiny_model_dir, capsys
 ):

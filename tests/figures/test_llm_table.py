@@ -468,7 +468,10 @@ def test_table_only_on_an_empty_out_is_a_usage_error(tmp_path, capsys, tiny_mode
     assert captured.out == ""
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"{lt.PROG}: error: ")
-    assert f"--out {out}" in err and "no task has a finished run of every arm (0 of 4 runs" in err
+    assert (
+        f"--out {out}" in err
+        and "no task has a finished rpg run and one of another arm (0 of 4 runs" in err
+    )
     assert not (out / "llm_table.csv").exists()
 
 
@@ -824,8 +827,27 @@ def test_a_task_without_the_ablation_arms_keeps_its_row_with_n_a(tmp_path, tiny_
     assert "no finished run of that arm on that task (concrete-strength-mae rpg-raw-parents; " in md
     assert md.count("**churn-auc** (mean best raw reward") == 1  # the ablation: churn only
     assert "**concrete-strength-mae**" not in md
+    with open(out / "llm_table_edits.csv") as fh:
+        arms_of = {(r["task"], r["arm"]) for r in csv.DictReader(fh)}
+    assert ("concrete-strength-mae", "rpg-raw-parents") not in arms_of  # no empty edits row
+    assert ("churn-auc", "rpg-raw-parents") in arms_of
+    # --table-only on the task without the ablation arms alone still has its row
+    only = [*argv, "--tasks", "concrete-strength-mae", "--table-only"]
+    assert lt.main(only) == 0
+    with open(out / "llm_table.csv") as fh:
+        assert [r["task"] for r in csv.DictReader(fh)] == ["concrete-strength-mae"]
     with pytest.raises(ValueError, match="no finished rpg run"):
         lt.task_row("churn-auc", {"rpg": {}, "vanilla": {0: []}}, arms=("rpg", "vanilla"))
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"chosen": {"fixed_lambda": 0}}', '{"chosen": 3}'])
+def test_a_bad_lambda_record_is_a_usage_error_naming_the_file(tmp_path, capsys, monkeypatch, text):
+    (tmp_path / "llm_table_lambda_full.json").write_text(text)
+    monkeypatch.setattr(lt, "__file__", str(tmp_path / "llm_table.py"))
+    assert lt.main(["--arms", "rpg,fixed-lambda", "--out", str(tmp_path / "t")]) == 2
+    err = _one_line(capsys)
+    assert "llm_table_lambda_full.json" in err and "--fixed-lambda" in err
+    assert not (tmp_path / "t").exists()
 
 
 def test_the_engine_is_forwarded_named_in_the_protocol_and_in_each_csv(

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import re
-import sqlite3
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
@@ -40,22 +39,18 @@ _RUN = re.compile(r"^(?P<arm>.+)-seed(?P<seed>\d+)$")
 
 def seed_seconds(run_dir: Path) -> dict[int, tuple[str, float]]:
     """Step-0 scripts of a run that ended ``ok``: batch row -> (code, seconds of the time
-    measure), from ``buffer.sqlite`` opened read-only.
+    measure), from its ``buffer.sqlite`` (:func:`rpg_llm.loop.buffer.read_samples`).
 
     Raises:
-        UsageError: no ``buffer.sqlite`` in ``run_dir``.
+        UsageError: no readable ``buffer.sqlite`` in ``run_dir``.
     """
-    db = run_dir / "buffer.sqlite"
-    if not db.is_file():
-        raise UsageError(f"{run_dir}: no buffer.sqlite (not a run folder)")
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    from rpg_llm.loop.buffer import read_samples
+
     try:
-        rows = con.execute(
-            "SELECT row, code, exec_time FROM samples WHERE step = 0 AND status = 'ok'"
-        ).fetchall()
-    finally:
-        con.close()
-    return {int(r): (str(code), float(t)) for r, code, t in rows}
+        samples = read_samples(run_dir / "buffer.sqlite")
+    except ValueError as err:
+        raise UsageError(f"{run_dir}: not a run folder ({err})") from None
+    return {s.row: (s.code, s.exec_time) for s in samples if s.step == 0 and s.status == "ok"}
 
 
 def speed_ratio(run: dict[int, tuple[str, float]], ref: dict[int, tuple[str, float]]) -> float:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -82,17 +81,18 @@ def read_run(run_dir: Path, unit: str | None = None) -> RunSteps:
 
 def _longest_parents(db: Path) -> dict[int, float]:
     """Per step >= 1: the longest parent (code + outcome text, characters) of its answers."""
-    if not db.is_file():
-        raise ValueError(f"{db}: no buffer to read the parents from")
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = con.execute(
-            "SELECT s.step, MAX(LENGTH(p.code) + LENGTH(p.outcome_text)) FROM samples s "
-            "JOIN samples p ON p.id = s.parent_id WHERE s.step >= 1 GROUP BY s.step"
-        ).fetchall()
-    finally:
-        con.close()
-    return {int(step): float(n) for step, n in rows}
+    from rpg_llm.loop.buffer import read_samples
+
+    samples = read_samples(db)
+    by_id = {s.id: s for s in samples}
+    longest: dict[int, float] = {}
+    for s in samples:
+        p = by_id.get(s.parent_id) if s.step >= 1 else None
+        if p is not None:
+            longest[s.step] = max(
+                longest.get(s.step, 0.0), float(len(p.code) + len(p.outcome_text))
+            )
+    return longest
 
 
 @dataclass(frozen=True)

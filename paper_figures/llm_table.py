@@ -1064,7 +1064,7 @@ def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
         ValueError: a run folder without ``buffer.sqlite``, or an unusable buffer (named).
     """
     from rpg_llm.env.actions import switch_changed
-    from rpg_llm.loop.buffer import SampleBuffer
+    from rpg_llm.loop.buffer import read_samples
     from rpg_llm.loop.runfolder import RunFolder
 
     rows = []
@@ -1075,8 +1075,7 @@ def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
             path = RunFolder(d).buffer_path
             if not path.is_file():
                 raise ValueError(f"{d} has no buffer.sqlite: not a run folder")
-            with SampleBuffer(path, capacity=1) as buf:
-                samples = buf.all()
+            samples = read_samples(path)
             by_id = {x.id: x for x in samples}
             for x in samples:
                 if x.step < 1 or x.status == "infra":  # infra: the machine failed, not the answer

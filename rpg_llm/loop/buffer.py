@@ -342,3 +342,32 @@ class SampleBuffer:
 def with_id(sample: Sample, sample_id: int) -> Sample:
     """``sample`` with its id set (convenience for callers that keep the objects they stored)."""
     return replace(sample, id=sample_id)
+
+
+def read_samples(path: Path) -> list[Sample]:
+    """Every sample stored in the buffer file ``path``, in insertion order, read without writing.
+
+    For reading a finished run (benchmarks, tables): the file is opened read-only, so unlike
+    :class:`SampleBuffer` this neither creates nor migrates anything and never changes the file.
+    When no write-ahead log with content lies beside it (a buffer closed cleanly, or one copied
+    without its ``-wal``), it is opened as immutable, so SQLite leaves no ``-wal`` or ``-shm``
+    file beside it either; otherwise the log's samples are read too.
+
+    Raises:
+        ValueError: ``path`` is missing or is not a readable sample buffer (the message names it).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no sample buffer there")
+    wal = path.with_name(path.name + "-wal")
+    live = wal.is_file() and wal.stat().st_size > 0
+    uri = path.resolve().as_uri() + ("?mode=ro" if live else "?mode=ro&immutable=1")
+    try:
+        con = sqlite3.connect(uri, uri=True)
+        try:
+            rows = con.execute(f"SELECT id, {', '.join(_COLUMNS)} FROM samples ORDER BY id")
+            return [SampleBuffer._sample(r) for r in rows.fetchall()]
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{path} is not a readable sample buffer: {exc}") from None

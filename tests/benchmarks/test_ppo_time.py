@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 import sys
 
 import numpy as np
@@ -55,15 +54,15 @@ def test_a_fit_refuses_mixed_units_and_too_few_steps():
 def _run(folder, metrics, parents=None):
     folder.mkdir(parents=True)
     (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
-    if parents is not None:  # the columns the reading uses, as the buffer names them
-        con = sqlite3.connect(folder / "buffer.sqlite")
-        con.execute(
-            "CREATE TABLE samples (id INTEGER PRIMARY KEY, step INTEGER, parent_id INTEGER, "
-            "code TEXT, outcome_text TEXT)"
-        )
-        con.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)", parents)
-        con.commit()
-        con.close()
+    if parents is not None:  # (id, step, parent id, code, outcome), ids 1, 2, ... in order
+        from rpg_llm.loop.buffer import Sample, SampleBuffer
+
+        samples = [
+            Sample("r", step, i, "t", parent, "h", code, text, None, 0.0, 1.0, "ok", 0.0)
+            for i, (_, step, parent, code, text) in enumerate(parents)
+        ]
+        with SampleBuffer(folder / "buffer.sqlite", capacity=8) as buf:
+            assert buf.add_many(samples) == [p[0] for p in parents]
     return folder
 
 

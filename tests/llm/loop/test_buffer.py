@@ -13,10 +13,34 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rpg_llm.loop.buffer import Sample, SampleBuffer
+from rpg_llm.loop.buffer import Sample, SampleBuffer, read_samples
 from testkit.samples import toy_sample
 
 make = toy_sample  # testkit.samples: a valid toy sample numbered i
+
+
+def test_read_samples_gives_what_the_buffer_stored_and_never_writes(tmp_path):
+    path = tmp_path / "buf.sqlite"
+    with SampleBuffer(path, capacity=8) as buf:
+        ids = buf.add_many([make(0, 0.5, 2.0), make(1, 0.25, 3.0, status="error", score=None)])
+        buf.add_many([make(2, 0.7, 1.5, parent_id=ids[0])])
+        stored = buf.all()
+    files = sorted(tmp_path.iterdir())
+    before = [(f.name, f.read_bytes()) for f in files]
+    got = read_samples(path)
+    assert got == stored and [s.parent_id for s in got] == [None, None, 1]
+    assert got[1].score is None and got[2].exec_time == 1.5
+    assert [(f.name, f.read_bytes()) for f in sorted(tmp_path.iterdir())] == before
+    live = tmp_path / "live" / "buf.sqlite"
+    with SampleBuffer(live, capacity=8) as buf:  # still open: its samples are in the -wal
+        buf.add_many([make(0, 0.5, 2.0), make(1, 0.6, 1.0)])
+        assert (tmp_path / "live" / "buf.sqlite-wal").stat().st_size > 0
+        assert read_samples(live) == buf.all()
+    with pytest.raises(ValueError, match="no sample buffer there"):
+        read_samples(tmp_path / "none.sqlite")
+    (tmp_path / "junk.sqlite").write_text("not sqlite" * 100)
+    with pytest.raises(ValueError, match="junk.sqlite is not a readable sample buffer"):
+        read_samples(tmp_path / "junk.sqlite")
 
 
 def test_round_trip_and_reopen(tmp_path):
@@ -161,7 +185,7 @@ def test_top_matches_selection_by_repeated_argmax(tmp_path_factory, data, capaci
 WRITER = textwrap.dedent(
     """
     import sys, time
-    from rpg_llm.loop.buffer import Sample, SampleBuffer
+    from rpg_llm.loop.buffer import Sample, SampleBuffer, read_samples
     buf = SampleBuffer(sys.argv[1], capacity=10)
     batch = 0
     while True:

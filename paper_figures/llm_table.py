@@ -95,6 +95,8 @@ with the same ``--out`` skips it, and ``--table-only`` reads it. ``--jobs N`` ke
 with its probe) in flight at once, in the table's order, except that a task's second run waits
 until its first has ended (:func:`next_startable`: the task's offline competition and SFT start
 are then built once); every run uses one torch thread, so ``--jobs 2`` fills a 2-core machine.
+``kill -TERM PID`` (or Ctrl-C) stops a slice cleanly: the runs in flight are terminated and
+resume on the next slice (:func:`_stop_on_signals`).
 Each slice that starts a run or a probe appends a row to ``<out>/llm_table_slices.csv`` (its wall
 time, ``--jobs``, the runs and probes it started, the machine's load: :mod:`paper_figures._slices`),
 and the table's text sums them, so a table made across sessions states what it cost.
@@ -107,11 +109,14 @@ import json
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -884,9 +889,66 @@ def _run_one(s: TableSettings, spec: RunSpec, state: str) -> tuple[int, float]:
     with open(spec.log_path, "a") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
         log.flush()
-        env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        rc = _call(cmd, log)
     return rc, time.perf_counter() - t0
+
+
+class _Children:
+    """The run and probe processes in flight, so that a stopped table can end them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.live: set[subprocess.Popen] = set()
+        self.stopping = False
+
+    def stop(self) -> None:
+        """Refuse new processes and terminate (SIGTERM) the live ones; a killed run resumes
+        from its last finished step, a killed probe runs again."""
+        with self.lock:
+            self.stopping = True
+            for proc in self.live:
+                proc.terminate()
+
+
+_CHILDREN = _Children()
+
+
+def _call(cmd: list[str], log) -> int:
+    """Run ``cmd`` with stdout and stderr to ``log``; its exit status (-15 when the table was
+    stopped, 1 without starting it when the table is stopping)."""
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    with _CHILDREN.lock:
+        if _CHILDREN.stopping:
+            return 1
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        _CHILDREN.live.add(proc)
+    try:
+        return proc.wait()
+    finally:
+        with _CHILDREN.lock:
+            _CHILDREN.live.discard(proc)
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """While the table runs, SIGTERM and SIGINT raise KeyboardInterrupt in the main thread,
+    SIGINT even when a shell started the table in the background with SIGINT ignored; so
+    ``kill -TERM PID`` or ``kill -INT PID`` stops a slice cleanly: :func:`_run_jobs` ends the
+    runs in flight (they resume on the next slice) and the ledger records the slice as
+    ``interrupted``. Off the main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def next_startable(
@@ -922,19 +984,28 @@ def _run_jobs(
     running: dict[Future[bool], RunSpec] = {}
     warm_tasks = set(warm)
     ended: list[tuple[RunSpec, bool]] = []
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        while pending or running:
-            while len(running) < jobs and pending:
-                k = next_startable([p for _, p in pending], list(running.values()), warm_tasks)
-                if k is None:
-                    break
-                i, p = pending.pop(k)
-                running[pool.submit(fn, i, p)] = p
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in done:
-                p = running.pop(fut)
-                warm_tasks.add(p.task)
-                ended.append((p, bool(fut.result())))
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            try:
+                while pending or running:
+                    while len(running) < jobs and pending:
+                        runs = list(running.values())
+                        k = next_startable([p for _, p in pending], runs, warm_tasks)
+                        if k is None:
+                            break
+                        i, p = pending.pop(k)
+                        running[pool.submit(fn, i, p)] = p
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        p = running.pop(fut)
+                        warm_tasks.add(p.task)
+                        ended.append((p, bool(fut.result())))
+            except BaseException:  # stopped (KeyboardInterrupt) or failed: end what is in flight
+                _CHILDREN.stop()
+                raise
+    finally:  # every thread has ended here: later calls may start processes again
+        with _CHILDREN.lock:
+            _CHILDREN.stopping = False
     return ended
 
 
@@ -1148,8 +1219,7 @@ def _probe_run(s: TableSettings, spec: RunSpec, engine: str = "ppo") -> int:
     with open(spec.log_path, "a") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
         log.flush()
-        env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
-        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        return _call(cmd, log)
 
 
 def probe_is_current(s: TableSettings, spec: RunSpec, engine: str = "ppo") -> bool:
@@ -1940,7 +2010,8 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
     t0, begun, load = time.perf_counter(), slices.now_utc(), slices.LoadSampler()
     outcome = "interrupted"
     try:
-        ended = dict(_run_jobs(work, run_and_probe, args.jobs, warm=warm))
+        with _stop_on_signals():
+            ended = dict(_run_jobs(work, run_and_probe, args.jobs, warm=warm))
         outcome = "failed" if not all(ended.values()) else "complete"
     finally:
         load_mean, load_max = load.stop()

@@ -942,6 +942,40 @@ def test_arm_usage_errors_exit_2_before_any_run(tmp_path, capsys, tiny_model_dir
     assert not out.exists()
 
 
+def test_a_stopped_table_ends_its_runs_in_flight_and_raises(tmp_path):
+    """SIGTERM during _run_jobs: the live child processes are terminated, no new one starts,
+    and KeyboardInterrupt reaches the caller (whose ledger then says interrupted)."""
+    import os
+    import signal
+    import sys
+    import threading
+
+    old = signal.getsignal(signal.SIGTERM)
+    started: list[int] = []
+
+    def fn(i, spec):
+        with open(tmp_path / f"{i}.log", "a") as log:
+            started.append(i)
+            return lt._call([sys.executable, "-c", "import time; time.sleep(600)"], log) == 0
+
+    def kill_when_two_live():
+        while True:
+            with lt._CHILDREN.lock:
+                if len(lt._CHILDREN.live) == 2:
+                    break
+            threading.Event().wait(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    work = [(i, lt.RunSpec("churn-auc", "rpg", i, tmp_path)) for i in range(4)]
+    threading.Thread(target=kill_when_two_live, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt), lt._stop_on_signals():
+        lt._run_jobs(work, fn, jobs=2, warm=["churn-auc"])
+    assert sorted(started) == [0, 1] and not lt._CHILDREN.live  # both ended, none started after
+    assert signal.getsignal(signal.SIGTERM) is old  # the handler restored on the way out
+    with open(os.devnull, "w") as log:  # and later tables start processes again
+        assert lt._call([sys.executable, "-c", "import sys; sys.exit(3)"], log) == 3
+
+
 def test_step_means_by_hand(tmp_path):
     from rpg_llm.loop.runfolder import RunFolder
 
@@ -1279,7 +1313,7 @@ def test_each_run_is_probed_when_it_finishes_and_its_kept_record_stands(
         return Done()
 
     monkeypatch.setattr(lt, "_run_one", fake_run)
-    monkeypatch.setattr(lt.subprocess, "run", fake_subprocess)
+    monkeypatch.setattr(lt, "_call", lambda cmd, log: fake_subprocess(cmd).returncode)
     assert lt.main(argv) == 0
     assert events == [
         e
@@ -1302,7 +1336,7 @@ def test_each_run_is_probed_when_it_finishes_and_its_kept_record_stands(
                 target.write_bytes(g.read_bytes())
     assert not list(kept.glob("runs/*/*/checkpoints"))
     monkeypatch.setattr(lt, "_run_one", lambda *a: pytest.fail(f"ran {a[1]} again"))
-    monkeypatch.setattr(lt.subprocess, "run", lambda cmd, **kw: pytest.fail(f"started {cmd}"))
+    monkeypatch.setattr(lt, "_call", lambda cmd, log: pytest.fail(f"started {cmd}"))
     capsys.readouterr()
     assert lt.main([*argv[:1], str(kept), *argv[2:]]) == 0
     printed = capsys.readouterr().out
@@ -1348,11 +1382,7 @@ def test_a_stored_probe_is_reused_only_for_the_same_counts_and_checkpoint(tmp_pa
     record = {"answers_per_parent": 2, "parent_ids": [1, 2, 3, 4], "policies": pols}
     (spec.run_dir / "probe" / "probe.json").write_text(json.dumps(record))
     calls = []
-
-    class Done:
-        returncode = 0
-
-    monkeypatch.setattr(lt.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or Done())
+    monkeypatch.setattr(lt, "_call", lambda cmd, log: calls.append(cmd) or 0)
     two = replace(lt.FULL, probe_answers=2)
     assert lt._probe_run(two, spec) == 0 and calls == []  # label step 3 = last checkpoint
     assert lt._probe_run(replace(lt.FULL, probe_answers=4), spec) == 0

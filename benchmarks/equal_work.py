@@ -64,13 +64,8 @@ def speed_ratio(run: dict[int, tuple[str, float]], ref: dict[int, tuple[str, flo
     return math.exp(sum(logs) / len(logs)) if logs else math.nan
 
 
-def _mean(xs: Sequence[float]) -> float:
-    xs = [x for x in xs if math.isfinite(x)]
-    return sum(xs) / len(xs) if xs else math.nan
-
-
 def _main(argv: Sequence[str] | None) -> int:
-    from paper_figures.llm_table import run_final_budget, run_value
+    from paper_figures.llm_table import mean_se, run_final_budget, run_value
     from rpg_llm.loop.budget import read_chains
 
     p = ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
@@ -106,7 +101,7 @@ def _main(argv: Sequence[str] | None) -> int:
         )
     print(f"\ntask | mean at B | mean at B x ratio | {args.reference} at B")
     for task, vals in by_task.items():
-        cols = [_mean([v[i] for v in vals]) for i in range(3)]
+        cols = [mean_se([v[i] for v in vals])[0] for i in range(3)]  # over finite values
         print(f"{task} | " + " | ".join(f"{c:.4f}" for c in cols))
     return 0
 

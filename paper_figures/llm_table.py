@@ -883,13 +883,8 @@ def run_command(s: TableSettings, spec: RunSpec, state: str) -> list[str]:
 
 
 def _run_one(s: TableSettings, spec: RunSpec, state: str) -> tuple[int, float]:
-    cmd = run_command(s, spec, state)
-    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with open(spec.log_path, "a") as log:
-        log.write(f"$ {shlex.join(cmd)}\n")
-        log.flush()
-        rc = _call(cmd, log)
+    rc = _call(run_command(s, spec, state), spec.log_path)
     return rc, time.perf_counter() - t0
 
 
@@ -913,20 +908,25 @@ class _Children:
 _CHILDREN = _Children()
 
 
-def _call(cmd: list[str], log) -> int:
-    """Run ``cmd`` with stdout and stderr to ``log``; its exit status (-15 when the table was
-    stopped, 1 without starting it when the table is stopping)."""
+def _call(cmd: list[str], log_path: Path) -> int:
+    """Run ``cmd`` with stdout and stderr appended to ``log_path`` after a ``$ cmd`` line; its
+    exit status (-15 when the table was stopped, 1 without starting it when the table is
+    stopping)."""
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
-    with _CHILDREN.lock:
-        if _CHILDREN.stopping:
-            return 1
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        _CHILDREN.live.add(proc)
-    try:
-        return proc.wait()
-    finally:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a") as log:
+        log.write(f"$ {shlex.join(cmd)}\n")
+        log.flush()
         with _CHILDREN.lock:
-            _CHILDREN.live.discard(proc)
+            if _CHILDREN.stopping:
+                return 1
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+            _CHILDREN.live.add(proc)
+        try:
+            return proc.wait()
+        finally:
+            with _CHILDREN.lock:
+                _CHILDREN.live.discard(proc)
 
 
 @contextmanager
@@ -1215,11 +1215,7 @@ def _probe_run(s: TableSettings, spec: RunSpec, engine: str = "ppo") -> int:
         return 0
     cmd = [sys.executable, "-m", "rpg_llm.probe", str(spec.run_dir)]
     cmd += ["--answers", str(s.probe_answers), "--parents", str(s.probe_parents)]
-    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(spec.log_path, "a") as log:
-        log.write(f"$ {shlex.join(cmd)}\n")
-        log.flush()
-        return _call(cmd, log)
+    return _call(cmd, spec.log_path)
 
 
 def probe_is_current(s: TableSettings, spec: RunSpec, engine: str = "ppo") -> bool:

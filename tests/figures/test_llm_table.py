@@ -954,9 +954,9 @@ def test_a_stopped_table_ends_its_runs_in_flight_and_raises(tmp_path):
     started: list[int] = []
 
     def fn(i, spec):
-        with open(tmp_path / f"{i}.log", "a") as log:
-            started.append(i)
-            return lt._call([sys.executable, "-c", "import time; time.sleep(600)"], log) == 0
+        started.append(i)
+        cmd = [sys.executable, "-c", "import time; time.sleep(600)"]
+        return lt._call(cmd, tmp_path / f"{i}.log") == 0
 
     def kill_when_two_live():
         while True:
@@ -972,8 +972,13 @@ def test_a_stopped_table_ends_its_runs_in_flight_and_raises(tmp_path):
         lt._run_jobs(work, fn, jobs=2, warm=["churn-auc"])
     assert sorted(started) == [0, 1] and not lt._CHILDREN.live  # both ended, none started after
     assert signal.getsignal(signal.SIGTERM) is old  # the handler restored on the way out
-    with open(os.devnull, "w") as log:  # and later tables start processes again
-        assert lt._call([sys.executable, "-c", "import sys; sys.exit(3)"], log) == 3
+    # and later tables start processes again, each logged after its command line
+    assert (
+        lt._call([sys.executable, "-c", "print('hi'); raise SystemExit(3)"], tmp_path / "x.log")
+        == 3
+    )
+    assert (tmp_path / "x.log").read_text().splitlines()[1:] == ["hi"]
+    assert (tmp_path / "0.log").read_text().startswith(f"$ {sys.executable} -c ")
 
 
 def test_step_means_by_hand(tmp_path):

@@ -30,10 +30,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from model_flags import add_model_flags, load, model_name  # noqa: E402
+
 from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli  # noqa: E402
 
 PROG = "python benchmarks/engine_step.py"
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 class Sampling(TypedDict):
@@ -45,16 +46,6 @@ class Sampling(TypedDict):
 
 
 SAMPLE = Sampling(temperature=0.7, top_k=20, top_p=0.8)
-
-
-def _load(args: Any, tmp: Path) -> Any:
-    from rpg_llm.learner.policy import load_policy
-
-    if args.tiny:
-        from testkit.tiny_model import build_tiny_model
-
-        return load_policy(str(build_tiny_model(tmp / "tiny")), device="cpu")
-    return load_policy(args.model, device="cpu")
 
 
 def _prompt_ids(policy: Any, batch: int, length: int) -> list[list[int]]:
@@ -186,8 +177,7 @@ def _row(name: str, times: list[tuple[float, float]], batch: int, args: Any, n: 
 
 def _main(argv: Sequence[str] | None) -> int:
     p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--model", default=SMOLLM2, help="hub id or folder (default SmolLM2-135M)")
-    p.add_argument("--tiny", action="store_true", help="tiny random model (checks the script)")
+    add_model_flags(p)
     p.add_argument("--batch", type=int, default=4, help="answers per step B")
     p.add_argument("--num-generations", type=int, default=2, help="TRL's G (answers per prompt)")
     p.add_argument("--prompt-len", type=int, default=256)
@@ -211,22 +201,15 @@ def _main(argv: Sequence[str] | None) -> int:
 
     if importlib.util.find_spec("trl") is None:
         raise UsageError("needs TRL: pip install -e '.[trl]'")
-    if not args.tiny:
-        from rpg_llm.learner.policy import resolve_model
-
-        try:
-            resolve_model(args.model)
-        except ValueError as err:
-            raise UsageError(f"--model {args.model}: {err}") from None
-    args.model_name = "tiny qwen3_5_text" if args.tiny else Path(args.model).name
+    args.model_name = model_name(args)
     torch.set_num_threads(1)  # one thread is the fastest on the 2-core machine (RESULTS.md)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
-        policy = _load(args, Path(tmp))
+        policy = load(args, Path(tmp))
         n = sum(x.numel() for x in policy.model.parameters())
         prompts = _prompt_ids(policy, args.batch, args.prompt_len)
         ours_t = ours(args, policy, prompts)
-        policy = _load(args, Path(tmp))  # fresh weights for TRL
+        policy = load(args, Path(tmp))  # fresh weights for TRL
         trl_t = trl(args, policy, prompts, Path(tmp))
     header = (
         "| date | engine | model | B x (prompt + answer) | LoRA r | answers/s | generation s "

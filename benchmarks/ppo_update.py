@@ -39,10 +39,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from model_flags import add_model_flags, load, model_name  # noqa: E402
+
 from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli  # noqa: E402
 
 PROG = "python benchmarks/ppo_update.py"
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PAGE = 4096
 
 
@@ -73,16 +74,6 @@ class PeakRSS:
     @property
     def extra_gb(self) -> float:
         return (self.peak - self.start) / 1e9
-
-
-def _load(args: Any, tmp: Path) -> Any:
-    from rpg_llm.learner.policy import load_policy
-
-    if args.tiny:
-        from testkit.tiny_model import build_tiny_model
-
-        return load_policy(str(build_tiny_model(tmp / "tiny")), device="cpu")
-    return load_policy(args.model, device="cpu")
 
 
 def _batch(tokenizer: Any, args: Any) -> Any:
@@ -116,13 +107,12 @@ def _trainer(args: Any, tmp: Path, variant: str) -> Any:
         critic_lr=1e-4,
     )  # fmt: skip
     torch.manual_seed(0)  # the same LoRA initialisation in every trainer
-    return PPOTrainer(_load(args, tmp).model, cfg)
+    return PPOTrainer(load(args, tmp).model, cfg)
 
 
 def _main(argv: Sequence[str] | None) -> int:
     p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--model", default=SMOLLM2, help="hub id or folder (default SmolLM2-135M)")
-    p.add_argument("--tiny", action="store_true", help="tiny random model (checks the script)")
+    add_model_flags(p)
     p.add_argument("--batch", type=int, default=4, help="samples per update B")
     p.add_argument("--prompt-len", type=int, default=512, help="tokens of the longest prompt")
     p.add_argument("--response-len", type=int, default=24)
@@ -135,18 +125,11 @@ def _main(argv: Sequence[str] | None) -> int:
     at_least("--lora-rank", args.lora_rank, 0)
     if args.prompt_len - 8 * (args.batch - 1) < 1:
         raise UsageError(f"--prompt-len {args.prompt_len} is too short for --batch {args.batch}")
-    if not args.tiny:
-        from rpg_llm.learner.policy import resolve_model
-
-        try:
-            resolve_model(args.model)
-        except ValueError as err:
-            raise UsageError(f"--model {args.model}: {err}") from None
-    name = "tiny qwen3_5_text" if args.tiny else Path(args.model).name
+    name = model_name(args)
     torch.set_num_threads(1)  # the cpu-default setting (config.cpu_threads)
     with tempfile.TemporaryDirectory() as tmp:
         trainers = {v: _trainer(args, Path(tmp), v) for v in VARIANTS}
-        batch = _batch(_load(args, Path(tmp)).tokenizer, args)
+        batch = _batch(load(args, Path(tmp)).tokenizer, args)
         seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}
         peaks: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for _ in range(args.rounds + 1):

@@ -1132,7 +1132,8 @@ def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
         ``"nan"`` without a valid pair).
 
     Raises:
-        ValueError: a run folder without ``buffer.sqlite``, or an unusable buffer (named).
+        ValueError: a run folder without ``buffer.sqlite``, or an unusable buffer (the message
+            names the buffer's path).
     """
     from rpg_llm.env.actions import switch_changed
     from rpg_llm.loop.buffer import read_samples
@@ -1143,10 +1144,7 @@ def edit_rows(task: str, run_dirs: Mapping[str, Sequence[Path]]) -> list[dict]:
         n = {k: 0 for k in EDIT_FIELDS[4:-1]}
         answers, log_ratios = 0, []
         for d in dirs:
-            path = RunFolder(d).buffer_path
-            if not path.is_file():
-                raise ValueError(f"{d} has no buffer.sqlite: not a run folder")
-            samples = read_samples(path)
+            samples = read_samples(RunFolder(d).buffer_path)
             by_id = {x.id: x for x in samples}
             for x in samples:
                 if x.step < 1 or x.status == "infra":  # infra: the machine failed, not the answer

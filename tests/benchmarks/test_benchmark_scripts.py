@@ -274,6 +274,8 @@ def _one_error_line(err: str, prog: str) -> str:
         ("engine_step", ["--tiny", "--steps", "0"], "--steps must be >= 1, got 0"),
         ("ppo_update", ["--tiny", "--rounds", "0"], "--rounds must be >= 1, got 0"),
         ("ppo_update", ["--tiny", "--prompt-len", "20"], "--prompt-len 20 is too short"),
+        ("ppo_update", ["--model", "/no/such/model"], "--model /no/such/model: model folder"),
+        ("engine_step", ["--model", "/no/such/model"], "--model /no/such/model: model folder"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_value_before_running(script, argv, needle, capsys):

@@ -1087,7 +1087,7 @@ def test_edit_rows_count_switches_dead_edits_and_time_ratios_on_a_hand_made_buff
     assert rows["vanilla"]["answers"] == 0 and rows["vanilla"]["time_ratio_geo_mean"] == "nan"
     md = lt.edits_markdown(list(rows.values()))
     assert "| diamonds-price-rmse | rpg | 1 | 6 | 4 | 3 (2) | 2 | 1 | 1.5874 |" in md
-    with pytest.raises(ValueError, match="no buffer.sqlite"):
+    with pytest.raises(ValueError, match=r"missing/buffer\.sqlite: no sample buffer there"):
         lt.edit_rows("diamonds-price-rmse", {"rpg": [tmp_path / "missing"]})
 
 

@@ -101,7 +101,7 @@ def _float_type(nu: jax.Array, dtype):
 
 
 def standard_grid(
-    key: jax.Array, nu: jax.Array, shape: tuple[int, ...], dtype=None
+    key: jax.Array, nu: jax.typing.ArrayLike, shape: tuple[int, ...], dtype=None
 ) -> tuple[jax.Array, jax.Array]:
     """A grid of i.i.d. standard bivariate Student-t vectors, as two coordinate arrays.
 
@@ -149,7 +149,7 @@ def standard_grid(
     return r * jnp.where(quarter, -s_, c), r * jnp.where(quarter, c, s_)
 
 
-def bivariate_t_standard(key: jax.Array, nu: jax.Array, n: int, dtype=None) -> jax.Array:
+def bivariate_t_standard(key: jax.Array, nu: jax.typing.ArrayLike, n: int, dtype=None) -> jax.Array:
     """``n`` i.i.d. standard bivariate Student-t vectors (identity scale, zero location).
 
     Args:
@@ -217,7 +217,11 @@ def batch_rates(
 
 
 def bivariate_t(
-    key: jax.Array, loc: jax.Array, scale: jax.Array, nu: jax.Array, n: int
+    key: jax.Array,
+    loc: jax.typing.ArrayLike,
+    scale: jax.typing.ArrayLike,
+    nu: jax.typing.ArrayLike,
+    n: int,
 ) -> jax.Array:
     """``n`` i.i.d. bivariate Student-t(``nu``, ``loc``, ``scale``) vectors, shape ``(n, 2)``.
 

@@ -137,7 +137,7 @@ def chi2_over_df(key: jax.Array, df: jax.Array, shape: tuple[int, ...], dtype=No
 
 def multivariate_t(
     key: jax.Array,
-    df: jax.Array,
+    df: jax.typing.ArrayLike,
     loc: jax.Array,
     scale_tril: jax.Array,
     shape: tuple[int, ...],

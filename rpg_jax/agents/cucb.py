@@ -126,7 +126,12 @@ def theory_constants(rbar: np.ndarray, dbar: np.ndarray) -> CUCBHyper:
 
 
 def cucb_index(
-    n: jax.Array, sum_r: jax.Array, sum_d: jax.Array, lam: jax.Array, c2: jax.Array, L: jax.Array
+    n: jax.Array,
+    sum_r: jax.Array,
+    sum_d: jax.Array,
+    lam: jax.typing.ArrayLike,
+    c2: jax.typing.ArrayLike,
+    L: jax.typing.ArrayLike,
 ) -> jax.Array:
     """Optimistic index ``sum_r/n - lam sum_d/n + c2 sqrt(L/n)``; ``+inf`` where ``n = 0``.
 

@@ -292,8 +292,8 @@ def lambda_exact_fast(
     n: jax.Array,
     sum_r: jax.Array,
     sum_d: jax.Array,
-    c1: jax.Array,
-    log_term: jax.Array,
+    c1: jax.typing.ArrayLike,
+    log_term: jax.typing.ArrayLike,
     u_prev: jax.Array | None = None,
 ) -> jax.Array:
     """Clipped ``lambda = max(max_u f(u), 1e-9)`` by :func:`best_policy_exact`.

@@ -49,7 +49,7 @@ def log1p_int_power(base: int, exponent: int) -> float:
     return log_u + math.log1p(math.exp(-log_u))
 
 
-def policy_value(R: jax.Array, D: jax.Array, T: jax.Array, c: jax.Array) -> jax.Array:
+def policy_value(R: jax.Array, D: jax.Array, T: jax.Array, c: jax.typing.ArrayLike) -> jax.Array:
     """``f = R / D - c / sqrt(T)`` elementwise, ``-inf`` where ``T = 0`` (no valid policy).
 
     Args:
@@ -129,7 +129,11 @@ def best_policy_bruteforce(n: jax.Array, sum_r: jax.Array, sum_d: jax.Array, c: 
 
 
 def lambda_exact_bruteforce(
-    n: jax.Array, sum_r: jax.Array, sum_d: jax.Array, c1: jax.Array, log_term: jax.Array
+    n: jax.Array,
+    sum_r: jax.Array,
+    sum_d: jax.Array,
+    c1: jax.typing.ArrayLike,
+    log_term: jax.typing.ArrayLike,
 ) -> jax.Array:
     """``lambda = max(max_u [R_u/D_u - sqrt(2 c1 L / T_u)], 1e-9)`` by full enumeration.
 
@@ -148,7 +152,12 @@ def lambda_exact_bruteforce(
 
 
 def best_policy_sampled(
-    n: jax.Array, sum_r: jax.Array, sum_d: jax.Array, c: jax.Array, key: jax.Array, num: int
+    n: jax.Array,
+    sum_r: jax.Array,
+    sum_d: jax.Array,
+    c: jax.typing.ArrayLike,
+    key: jax.Array,
+    num: int,
 ):
     """``max f(u)`` over ``num`` random policies, ``u(x)`` uniform over the tried actions of ``x``.
 

@@ -150,7 +150,11 @@ def slices_text(slices: Sequence[Slice], table_runs: Iterable[str]) -> str:
     text = (
         f"Slices ({SLICES_CSV}): {len(slices)} that started work, {hours:.2f} h of wall time "
         f"in all, --jobs {jobs}, {load}"
-        + (f"; {stopped} of them failed or were stopped" if stopped else "")
+        + (
+            f"; {stopped} of them {'was' if stopped == 1 else 'were'} stopped or failed"
+            if stopped
+            else ""
+        )
         + f". They started {len(made)} of the table's {len(table)} runs"
     )
     if len(made) < len(table):

@@ -54,7 +54,9 @@ def test_the_text_sums_the_slices_and_counts_the_runs_they_made():
     text = slices.slices_text(ledger, table)
     assert "2 that started work, 1.50 h of wall time in all" in text
     assert "1.9-2.1 on average per slice (max 3.0) on 2 CPUs" in text
-    assert "1 of them failed or were stopped" in text
+    assert "1 of them was stopped or failed" in text
+    both_stopped = slices.slices_text([ledger[1], ledger[1]], table)
+    assert "2 of them were stopped or failed" in both_stopped
     assert "They started 3 of the table's 4 runs; the other runs" in text  # u/ is not the table's
     full = slices.slices_text(ledger, table[:3])
     assert "They started 3 of the table's 3 runs." in full and "other runs" not in full

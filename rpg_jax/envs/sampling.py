@@ -43,7 +43,7 @@ def _noisy(loc, sigma, floor, z, lognormal):
 
 
 def sample_outcome(
-    params: EnvParams, key: jax.Array, x: jax.Array, a: jax.Array
+    params: EnvParams, key: jax.Array, x: jax.typing.ArrayLike, a: jax.typing.ArrayLike
 ) -> tuple[jax.Array, jax.Array]:
     """Draw ``(r, delta)`` for action ``a`` in context ``x`` (DESIGN.md section 3 noise models).
 

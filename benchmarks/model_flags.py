@@ -9,19 +9,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rpg_core.cli import UsageError
-
-if TYPE_CHECKING:
-    from rpg_llm.learner.policy import Policy
-
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+from rpg_llm.learner.policy import DEFAULT_MODEL, Policy, load_policy, resolve_model
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """Add ``--model`` and ``--tiny`` to ``p``."""
-    p.add_argument("--model", default=SMOLLM2, help="hub id or folder (default SmolLM2-135M)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="hub id or folder (default SmolLM2-135M)")
     p.add_argument("--tiny", action="store_true", help="tiny random model (checks the script)")
 
 
@@ -34,8 +29,6 @@ def model_name(args: argparse.Namespace) -> str:
     """
     if args.tiny:
         return "tiny qwen3_5_text"
-    from rpg_llm.learner.policy import resolve_model
-
     try:
         resolve_model(args.model)
     except ValueError as err:
@@ -45,8 +38,6 @@ def model_name(args: argparse.Namespace) -> str:
 
 def load(args: argparse.Namespace, tmp: Path) -> Policy:
     """Fresh weights of the model of ``args`` on the CPU (the tiny model is built under ``tmp``)."""
-    from rpg_llm.learner.policy import load_policy
-
     if args.tiny:
         from testkit.tiny_model import build_tiny_model
 

@@ -299,7 +299,7 @@ def estimate(
     sampler: str = "polar",
     *,
     chunk_batches: int = CHUNK_BATCHES,
-    batch_slots: jax.Array | None = None,
+    batch_slots: jax.typing.ArrayLike | None = None,
 ) -> jax.Array:
     """Reward-rate estimate from the posterior predictive (quantile of synthetic batch rates).
 
@@ -325,11 +325,14 @@ def estimate(
       ``rho_hat``, shape ``()``, state dtype, >= 0.
 
     Raises:
-      ValueError: on bad ``num_slots`` / ``num_batches`` / ``quantile`` / ``sampler``.
+      ValueError: on bad ``num_slots`` / ``num_batches`` / ``quantile`` / ``sampler``, or a
+        Python int ``batch_slots`` outside ``1..num_slots`` (a traced one is not checked).
 
     Source: DESIGN.md section 4 (reference estimator).
     """
     _check_sampling(num_slots, num_batches, quantile, sampler)
+    if isinstance(batch_slots, int | np.integer) and not 1 <= batch_slots <= num_slots:
+        raise ValueError(f"batch_slots must be in 1..{num_slots} (num_slots), got {batch_slots}")
 
     k, c = _chunking(num_batches, chunk_batches)
 

@@ -183,7 +183,7 @@ def batch_rates(
     scale_tril: jax.Array,
     num_batches: int,
     num_slots: int,
-    batch_slots: jax.Array | None = None,
+    batch_slots: jax.typing.ArrayLike | None = None,
 ) -> jax.Array:
     """Per-batch rate ``mean_s y0 / mean_s exp(y1)`` of ``num_batches x num_slots`` t draws.
 

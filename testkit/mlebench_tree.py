@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 import yaml
+from numpy.typing import ArrayLike
 
 __all__ = [
     "BOARD",
@@ -207,7 +208,8 @@ def mean_solution_mae(t: MlebenchTree) -> float:
     return float(np.mean(np.abs(t.answers["y"].to_numpy() - train["y"].mean())))
 
 
-def write_submission(path: Path, ids: np.ndarray, y: np.ndarray) -> Path:
-    """Write a submission CSV with columns ``id, y`` (shapes ``(n,)``) and return its path."""
+def write_submission(path: Path, ids: ArrayLike, y: ArrayLike) -> Path:
+    """Write a submission CSV with columns ``id, y`` (array-likes of shape ``(n,)``: arrays,
+    lists, pandas Series) and return its path."""
     pd.DataFrame({"id": ids, "y": y}).to_csv(path, index=False)
     return Path(path)

@@ -17,7 +17,7 @@ def toy_sample(i: int, reward: float = 0.0, time_s: float = 1.0, run: str = "r",
     """A toy Sample (fields as in the module docstring, ``changes`` applied)."""
     from rpg_llm.loop.buffer import Sample
 
-    fields = dict(
+    fields: dict[str, Any] = dict(
         run=run,
         step=i // 4,
         row=i % 4,

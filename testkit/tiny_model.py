@@ -67,6 +67,8 @@ def build_tiny_model(
     tok.chat_template = CHATML_TEMPLATE
     tok.save_pretrained(folder)
     heads = 2
+    pad_id, eos_id = tok.pad_token_id, tok.eos_token_id
+    assert isinstance(pad_id, int) and isinstance(eos_id, int), (pad_id, eos_id)
     config = Qwen3_5TextConfig(
         vocab_size=len(tok),
         hidden_size=hidden_size,
@@ -81,8 +83,8 @@ def build_tiny_model(
         linear_key_head_dim=hidden_size // heads,
         linear_value_head_dim=hidden_size // heads,
         max_position_embeddings=8192,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
         bos_token_id=None,
         tie_word_embeddings=True,
         attention_dropout=dropout,

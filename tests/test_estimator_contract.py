@@ -20,6 +20,8 @@ float64, and compare against closed forms computed here in NumPy/SciPy by other 
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,7 +31,7 @@ BACKENDS = ["jax", "torch"]
 
 # First prior and forgetting of the contract (DESIGN.md section 4).
 MU0, KAPPA0, NU0, PSI0_SCALE, LAM = 0.0, 1e-3, 3.0, 1e-3, 0.3
-TOL = {"rtol": 1e-10, "atol": 1e-10}
+TOL: dict[str, Any] = {"rtol": 1e-10, "atol": 1e-10}
 
 
 # ----------------------------------------------------------------------------- adapters
@@ -39,6 +41,7 @@ class Backend:
     """NumPy-in / NumPy-out view of one backend's estimator module (float64)."""
 
     name = "?"
+    mod: ModuleType  # the backend's estimator module
 
     def init(self):
         raise NotImplementedError
@@ -327,7 +330,8 @@ def test_small_sample_predictive_spread(backend):
     df, loc, scale = ref.predictive()
     assert df == 7.0
     q = (0.05, 0.95)
-    dist = stats.multivariate_t(loc=loc, shape=scale, df=df)
+    # SciPy's signature types df as int and shape as a scalar; it takes a float and a matrix
+    dist = stats.multivariate_t(loc=loc, shape=scale, df=df)  # pyright: ignore[reportArgumentType]
     y = dist.rvs(size=16 * 2000 * 5, random_state=3).reshape(16, 2000, 5, 2)
     ratio = y[..., 0].mean(-1) / np.exp(y[..., 1]).mean(-1)
     spreads = np.diff(np.quantile(ratio, q, axis=1), axis=0).ravel()

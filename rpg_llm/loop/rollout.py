@@ -16,6 +16,7 @@ text. (A NanoGPT task's text keeps its own wall time and train time: they descri
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -222,7 +223,7 @@ def generate_rollout(
     seed: int,
     dist: Any,
     cpu_threads: int | None,
-    parent_codes: list[str | None] | None = None,
+    parent_codes: Sequence[str | None] | None = None,
 ) -> Rollout:
     """Generate one response per prompt, each process its rows, gathered in row order.
 

@@ -38,6 +38,10 @@ class Buffer(Protocol):
         """The ``k`` parents by ``raw_reward - rho * exec_time`` (``rho=None``: raw reward)."""
         ...
 
+    def get(self, sample_id: int) -> Sample:
+        """The stored sample with id ``sample_id`` (KeyError: none)."""
+        ...
+
     def step_samples(self, run: str, step: int) -> list[Sample]:
         """The stored samples of ``step`` of ``run``, in row order."""
         ...

@@ -77,6 +77,7 @@ def test_closed_pipe_ends_quietly_with_status_0():
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
+    assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.readline().strip() == b"0"
     proc.stdout.close()  # the reader goes away, as `| head -1` does
     err = proc.stderr.read().decode()

@@ -6,6 +6,8 @@ against independent NumPy/SciPy computations, the samplers' laws, and jit / vmap
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,7 +21,7 @@ from rpg_core import niw
 from rpg_jax import estimator as E
 from rpg_jax import student_t
 
-TOL = {"rtol": 1e-10, "atol": 1e-10}
+TOL: dict[str, Any] = {"rtol": 1e-10, "atol": 1e-10}
 
 
 def np_niw(prior, y):
@@ -190,7 +192,7 @@ def test_fast_chi2_matches_numpyro_in_distribution(df):
     n = 200_000
     fast = np.asarray(chi2_jit(jax.random.key(1), jnp.float64(df), shape=(n,)))
     ref = np.asarray(dist.Chi2(jnp.float64(df)).sample(jax.random.key(2), (n,))) / df
-    assert stats.ks_2samp(fast, ref).pvalue > 0.01
+    assert stats.ks_2samp(fast, ref).pvalue > 0.01  # pyright: ignore[reportAttributeAccessIssue]
     # and against the exact law (a wrong shape or scale would fail these at this n)
     assert stats.kstest(fast, stats.chi2(df, scale=1 / df).cdf).pvalue > 0.01
     assert abs(fast.mean() - 1.0) < 5 * np.sqrt(2 / df / n)
@@ -205,7 +207,7 @@ def test_fast_student_t_matches_numpyro_in_distribution(df):
     fast = np.asarray(mvt_jit(jax.random.key(5), jnp.float64(df), loc, tril, shape=shape))
     ref = np.asarray(dist.MultivariateStudentT(df, loc, tril).sample(jax.random.key(6), shape))
     for k in range(2):
-        assert stats.ks_2samp(fast[..., k].ravel(), ref[..., k].ravel()).pvalue > 0.01
+        assert stats.ks_2samp(fast[..., k].ravel(), ref[..., k].ravel()).pvalue > 0.01  # pyright: ignore[reportAttributeAccessIssue]
     # the shared chi-square: the radial part |L^-1 (y - loc)|^2 / 2 ~ F(2, df)
     li = np.linalg.inv(np.asarray(tril))
     rad = np.einsum("ij,...j->...i", li, fast - np.asarray(loc))
@@ -296,6 +298,9 @@ def test_refit_usable_batch_is_the_usable_slot_count():
     assert float(every.rho_hat) != float(usable.rho_hat)  # the option changes the batches
     with pytest.raises(ValueError, match="batch must be one of"):
         E.make_niw_estimator(batch="all")
+    for bad in (0, 65):  # a Python int outside 1..num_slots is refused before tracing
+        with pytest.raises(ValueError, match=f"batch_slots must be in 1..64 .*got {bad}"):
+            E.estimate(fitted, key, 64, 200, batch_slots=bad)
 
 
 @pytest.mark.parametrize("sampler", ["polar", "fast"])

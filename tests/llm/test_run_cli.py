@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import fixtures_llm
 import pytest
@@ -249,7 +250,7 @@ def test_resume_of_a_run_whose_stored_task_is_bad_exits_2(tmp_path, capsys, task
 def _record(**kw):
     from rpg_llm.loop.recording import StepRecord
 
-    base = dict(
+    base: dict[str, Any] = dict(
         step=3,
         rho_hat=0.0123,
         rho_hat_parents=0.01,
@@ -477,7 +478,7 @@ def test_an_unprepared_offline_task_is_built_with_a_message_first(tmp_path, caps
     folder = tmp_path / "churn-auc"
     for side in ("public", "private"):
         (folder / "prepared" / side).mkdir(parents=True)
-    rpg = {"format_version": offline.FORMAT_VERSION - 1, "seed": 0}
+    rpg: dict[str, Any] = {"format_version": offline.FORMAT_VERSION - 1, "seed": 0}
     rpg["ladder_sha256"] = offline.ladder_hash(offline.SPECS["churn-auc"])
     (folder / "leaderboard.csv").write_text("teamName,score\n")
     (folder / "config.yaml").write_text(yaml.safe_dump({"id": "churn-auc", "rpg": rpg}))

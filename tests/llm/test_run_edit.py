@@ -176,7 +176,7 @@ def test_invalid_edit_is_stored_with_its_outcome_text():
         texts=texts,
         gen_seconds=0.0,
         gen_tokens=4,
-        parent_codes=[parent] * 4,
+        parent_codes=[parent, parent, parent, parent],
     )
     sandbox = backends.make_sandbox(cfg.sandbox)
     executor = backends.make_executor(cfg.executor, cfg.workers)
@@ -186,7 +186,7 @@ def test_invalid_edit_is_stored_with_its_outcome_text():
         getattr(executor, "shutdown", lambda: None)()
     ok, unknown, none, wrong_type = samples
     assert ok.status == "ok" and ok.code == parent.replace("ALPHA = 0.1", "ALPHA = 0.5")
-    assert ok.code != parent and 0 < ok.score < 2.0  # a log loss of a real fit
+    assert ok.score is not None and ok.code != parent and 0 < ok.score < 2.0  # a real fit's loss
     assert unknown.status == "invalid" and unknown.raw_reward == -10.0
     assert unknown.outcome_text == parse_action(BAD_EDIT, "edit", parent).outcome_text
     assert "line 1" in unknown.outcome_text and "NO_SUCH_NAME" in unknown.outcome_text

@@ -11,11 +11,11 @@ import json
 import sqlite3
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import fixtures_llm
 import pytest
 
+from rpg_llm.config import LoopConfig
 from rpg_llm.env import tasks
 from rpg_llm.loop.backends import seed_solutions
 from rpg_llm.run import main as run_main
@@ -187,12 +187,12 @@ def test_seed_solutions_follow_seed_dir_else_the_tasks_baselines(tmp_path):
     seeds.mkdir()
     (seeds / "b.py").write_text(MEAN_SOLUTION)
     (seeds / "a.py").write_text(PERFECT_SOLUTION)
-    cfg = SimpleNamespace(task="toy-tree-mae", seed_dir=str(seeds), speedrun_dir=None)
+    cfg = LoopConfig(task="toy-tree-mae", seed_dir=str(seeds))
     assert seed_solutions(cfg)("toy-tree-mae") == tasks.seed_scripts(seeds)
     assert sorted(code for _, code in seed_solutions(cfg)("x")) == sorted(
         [MEAN_SOLUTION, PERFECT_SOLUTION]
     )
-    plain = SimpleNamespace(task="toy-tree-mae", seed_dir=None, speedrun_dir=None)
+    plain = LoopConfig(task="toy-tree-mae")
     assert seed_solutions(plain)("toy-tree-mae") == []  # a competition without baselines
     text_id = tasks.resolve_id("text")
     assert seed_solutions(plain)(text_id) == tasks.baseline_solutions(text_id) != []

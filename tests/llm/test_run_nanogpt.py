@@ -13,12 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import fixtures_llm
 import numpy as np
 import pytest
 import torch
 
+from rpg_llm.config import LoopConfig
 from rpg_llm.env import registry
 from rpg_llm.env.actions import editable_constants
 from rpg_llm.env.tasks import nanogpt
@@ -27,10 +29,12 @@ from rpg_llm.env.types import Task
 from rpg_llm.loop import backends as loop_backends
 from rpg_llm.loop import budget
 from rpg_llm.loop.accounting import Accounts, RateTracker
+from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.rewards import RewardConfig
 from rpg_llm.presets import get_preset
 from rpg_llm.run import main as run_main
 from testkit import REPO_ROOT
+from testkit.samples import toy_sample
 
 tiny_model_dir = fixtures_llm.tiny_model_dir
 
@@ -152,11 +156,11 @@ def test_speedrun_good_folders_then_the_gpus(tmp_path, capsys, monkeypatch, spee
 
 def test_speedrun_seeds_are_the_checkouts_script(speedrun):
     sdir, _ = speedrun
-    cfg = SimpleNamespace(task="nanogpt-speedrun", seed_dir=None, speedrun_dir=str(sdir))
+    cfg = LoopConfig(task="nanogpt-speedrun", speedrun_dir=str(sdir))
     assert loop_backends.seed_solutions(cfg)("nanogpt-speedrun") == [
         ("train_gpt", "print('record')\n")
     ]
-    cpu = SimpleNamespace(task="nanogpt-cpu", seed_dir=None, speedrun_dir=None)
+    cpu = LoopConfig(task="nanogpt-cpu")
     assert loop_backends.seed_solutions(cpu)("nanogpt-cpu") == nanogpt.baseline_solutions(
         "nanogpt-cpu"
     )
@@ -199,10 +203,17 @@ class _RecordingEstimator:
     def __init__(self):
         self.slot_rewards = []
 
-    def init_state(self, dtype):
+    def init_state(self, dtype: torch.dtype = torch.float64, device: Any = None) -> Any:
         return SimpleNamespace(rho_hat=torch.tensor(0.0, dtype=dtype))
 
-    def refit(self, state, slot_rewards, slot_times, gen, num_batches):
+    def refit(
+        self,
+        state: Any,
+        slot_rewards: Any,
+        slot_times: Any,
+        generator: torch.Generator,
+        num_batches: int = 1000,
+    ) -> Any:
         self.slot_rewards.append(slot_rewards.clone())
         return SimpleNamespace(rho_hat=torch.tensor(0.01, dtype=torch.float64))
 
@@ -210,17 +221,11 @@ class _RecordingEstimator:
 TARGET = 2.5
 
 
-def _nanogpt_samples() -> list[SimpleNamespace]:
+def _nanogpt_samples() -> list[Sample]:
     # (score L, status, delta): below target, above target, invalid
     spec = [(2.4, "ok", 100.0), (3.0, "ok", 120.0), (None, "error", 5.0)]
     return [
-        SimpleNamespace(
-            row=i,
-            score=L,
-            status=st,
-            exec_time=d,
-            raw_reward=nanogpt.rpg_reward(L, st == "ok", TARGET),
-        )
+        toy_sample(i, nanogpt.rpg_reward(L, st == "ok", TARGET), d, row=i, score=L, status=st)
         for i, (L, st, d) in enumerate(spec)
     ]
 
@@ -256,7 +261,7 @@ def test_nanogpt_rewards_in_the_accounting_stage(method):
 def test_generic_tasks_keep_the_generic_bonus():
     est = _RecordingEstimator()
     acc = Accounts(RateTracker(est, 2, 0, 10), RewardConfig(method="vanilla", timeout_s=60.0))
-    s = SimpleNamespace(row=0, score=0.7, status="ok", exec_time=1.0, raw_reward=0.7)
+    s = toy_sample(0, 0.7, 1.0, row=0)
     sr = acc.account(1, [s])
     assert sr.bonuses.tolist() == [0.5] and sr.rewards.tolist() == pytest.approx([1.2])
     assert est.slot_rewards[-1].tolist() == pytest.approx([0.7, 0.0])

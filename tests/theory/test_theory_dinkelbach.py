@@ -8,6 +8,7 @@ tightened by 5 % and must fail (the bound is attained, so it cannot be improved 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -38,7 +39,7 @@ def instances(draw, max_contexts: int = 6, max_actions: int = 8):
     """``(p, rbar, dbar)`` with rbar >= 0, dbar > 0, and some positive reward."""
     C = draw(st.integers(1, max_contexts))
     A = draw(st.integers(2, max_actions))
-    fl = dict(allow_nan=False, allow_infinity=False, allow_subnormal=False)
+    fl: dict[str, Any] = dict(allow_nan=False, allow_infinity=False, allow_subnormal=False)
     # values rounded to 1e-3: distinct entries differ by >= 1e-3, so float rounding cannot flip
     # a comparison between parallel relative-value lines (exact ties stay possible and are tested)
     w = draw(arrays(np.float64, C, elements=st.floats(0.05, 1.0, **fl)))

@@ -6,6 +6,7 @@ Random instances: up to 6 contexts, 8 actions, positive durations; chi in {0, 0.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ def instances(draw, max_contexts: int = 6, max_actions: int = 8):
     """``(p, rbar, dbar)``: rewards in [0, 5], durations in [0.05, 5], both rounded to 1e-3."""
     C = draw(st.integers(1, max_contexts))
     A = draw(st.integers(2, max_actions))
-    fl = dict(allow_nan=False, allow_infinity=False, allow_subnormal=False)
+    fl: dict[str, Any] = dict(allow_nan=False, allow_infinity=False, allow_subnormal=False)
     w = draw(arrays(np.float64, C, elements=st.floats(0.05, 1.0, **fl)))
     rbar = np.round(draw(arrays(np.float64, (C, A), elements=st.floats(0.0, 5.0, **fl))), 3)
     dbar = np.round(draw(arrays(np.float64, (C, A), elements=st.floats(0.05, 5.0, **fl))), 3)
@@ -56,6 +57,7 @@ def test_theory_npg_logit_identity(inst, chi, eta0, rho0):
     """Theorem 1: theta_k = H_k q_{rhobar_k} + c_k(x) (to 1e-10 relative to the logit scale)."""
     p, rbar, dbar = inst
     traj = npg_exact(p, rbar, dbar, eta0, chi, 150, rho0=rho0)
+    assert traj.theta is not None
     eta = step_sizes(eta0, chi, 150)
     np.testing.assert_allclose(traj.H[1:], np.cumsum(eta), rtol=1e-13)
     assert traj.rho_bar[1] == pytest.approx(rho0, abs=1e-14)
@@ -114,6 +116,7 @@ def test_theory_npg_rate_and_monotone_policy(inst, chi, eta0):
     n = 300
     rho_star, u_star, _ = rho_star_dinkelbach(p, rbar, dbar)
     traj = npg_exact(p, rbar, dbar, eta0, chi, n, rho0=0.0)
+    assert traj.theta is not None
     H, rb = traj.H, traj.rho_bar
     slack = 1e-12 * (1 + rho_star)
     # rho_k <= rho*, rhobar_k non-decreasing and <= rho*  (k >= 1)

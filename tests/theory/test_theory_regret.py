@@ -7,6 +7,7 @@ Every arm has a four-point joint law of (reward, duration), so the whole tree of
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from hypothesis.extra.numpy import arrays
 from rpg_jax.rates import F, gaps, rho_star_dinkelbach
 
 SETTINGS = settings(max_examples=int(os.environ.get("RPG_THEORY_EXAMPLES", "15")), deadline=None)
-FL = dict(allow_nan=False, allow_infinity=False, allow_subnormal=False)
+FL: dict[str, Any] = dict(allow_nan=False, allow_infinity=False, allow_subnormal=False)
 
 
 @st.composite

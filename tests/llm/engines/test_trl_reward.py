@@ -180,7 +180,7 @@ def test_prompt_source_follows_the_buffer(tmp_path):
         try:
             source = BufferPrompts(run, tok, num_generations=2)
 
-            def expected_top(run=run, method=method) -> list[int]:
+            def expected_top(run=run, method=method) -> list[int | None]:
                 rho = run.accounts.rho_hat
                 stored = [s for k in (1, 2) for s in run.step_samples(k)]
                 key = (

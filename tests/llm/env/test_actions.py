@@ -160,10 +160,11 @@ def test_switch_changed_reads_the_parents_declared_switches():
     assert declared_switches(parent) == ["MODEL"]
     assert declared_switches("x = (") == []  # does not parse
     edit = parse_action("```python\nMODEL = 'hgb'\n```", "edit", parent)
-    assert edit.changed == ("MODEL",) and switch_changed(parent, edit.script)
     knob = parse_action("```python\nALPHA = 2.0\n```", "edit", parent)
-    assert knob.changed == ("ALPHA",) and not switch_changed(parent, knob.script)
     same = parse_action("```python\nMODEL = 'ridge'\n```", "edit", parent)
+    assert edit.script is not None and knob.script is not None and same.script is not None
+    assert edit.changed == ("MODEL",) and switch_changed(parent, edit.script)
+    assert knob.changed == ("ALPHA",) and not switch_changed(parent, knob.script)
     assert same.changed == () and not switch_changed(parent, same.script)
     # an undeclared value is a change; the child's comment no longer declares it
     assert switch_changed(parent, parent.replace('"ridge"  #', '"xgb"  #'))
@@ -208,6 +209,7 @@ def test_apply_edit_changes_only_the_values():
     assert action.changes == {"C": 3.0, "MAX_FEATURES": 8000}
     assert action.changed == ("C", "MAX_FEATURES")
     new = action.script
+    assert new is not None
     # byte for byte the parent, except the two values
     assert new.replace("C = 3.0\n", "C = 10.0\n").replace("= 8000\n", "= 5000\n") == LOGREG
     assert {k: c.value for k, c in editable_constants(new).items()} == {
@@ -246,6 +248,7 @@ def test_crlf_line_endings_are_kept():
 )
 def test_apply_roundtrips_any_values(c, n):
     action = parse_action(fenced(f"C = {c!r}\nMAX_FEATURES = {n}"), "edit", LOGREG)
+    assert action.script is not None
     consts = editable_constants(action.script)
     assert consts["C"].value == c and consts["MAX_FEATURES"].value == n
     old, new = LOGREG.splitlines(), action.script.splitlines()
@@ -321,7 +324,7 @@ def test_invalid_edits_name_the_line_and_the_reason(body, line, reason):
     action = parse_action(fenced(body), "edit", LOGREG)
     assert action.kind == "invalid" and action.script is None and not action.valid
     text = action.outcome_text
-    assert text.startswith("invalid edit, ")
+    assert text is not None and text.startswith("invalid edit, ")
     assert reason in text
     if line:
         shown = body.splitlines()[line - 1].strip()
@@ -380,5 +383,7 @@ def test_caller_errors_raise():
 def test_parent_without_constants_accepts_only_scripts():
     prior = BBC["prior"]
     action = parse_action(fenced("C = 1.0"), "edit", prior)
-    assert action.kind == "invalid" and "unknown constant C (editable: none)" in action.outcome_text
-    assert math.isclose(len(parse_action(fenced(prior), "edit", prior).script), len(prior))
+    assert action.kind == "invalid" and action.outcome_text is not None
+    assert "unknown constant C (editable: none)" in action.outcome_text
+    whole = parse_action(fenced(prior), "edit", prior).script
+    assert whole is not None and math.isclose(len(whole), len(prior))

@@ -7,11 +7,15 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from rpg_llm.env.execute import INFRA_REWARD, Outcome, main, run_and_grade, run_batch
 from rpg_llm.env.sandbox import BwrapSandbox, LocalExecutor, SandboxError, make_sandbox
+from rpg_llm.env.sandbox.base import ExecResult
 from rpg_llm.env.sandbox.bwrap_backend import bwrap_path, bwrap_works
 from rpg_llm.env.tasks import INVALID_REWARD, load_competition
 from testkit import REPO_ROOT
@@ -166,7 +170,7 @@ def test_run_batch_keeps_order_and_workdirs_are_removed(comp, sandbox, tmp_path)
     with pytest.raises(ValueError, match="timeout_s"):
         run_batch(codes, comp, sandbox, 0)
     with pytest.raises(ValueError, match=r"codes\[1\]"):
-        run_batch(["print(1)", 3], comp, sandbox, 1)
+        run_batch(["print(1)", 3], comp, sandbox, 1)  # pyright: ignore[reportArgumentType]  # the bad input
 
 
 def _cli(args, data_root):
@@ -282,9 +286,11 @@ def test_grading_setup_error_is_infra(tmp_path, sandbox):
 class CrashingSandbox:
     """Kills the executor worker that runs it for code "crash" (a machine-side failure)."""
 
-    name = "crashing"
+    name: ClassVar[str] = "crashing"
 
-    def run(self, code, input_dir, timeout_s, *, hide=()):
+    def run(
+        self, code: str, input_dir: Path, timeout_s: float, *, hide: Sequence[Path] = ()
+    ) -> ExecResult:
         if code == "crash":
             os._exit(3)
         return make_sandbox("subprocess").run(code, input_dir, timeout_s, hide=hide)
@@ -338,6 +344,7 @@ def test_cpu_s_counts_script_and_children_under_the_thread_executor(comp, kind):
     assert [o.status for o in (burn, sleep, both)] == ["invalid"] * 3  # no submission written
     # process_time() of the loop alone reaches 1.5 s (resp. 1.0 s in each of two processes),
     # whatever the machine's speed; the sleeper uses only interpreter start-up CPU
+    assert burn.cpu_s is not None and both.cpu_s is not None and sleep.cpu_s is not None
     assert burn.cpu_s >= 1.5
     assert both.cpu_s >= 2.0
     assert sleep.cpu_s < 1.0 < 1.5 <= sleep.delta

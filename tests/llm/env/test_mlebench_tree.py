@@ -92,7 +92,7 @@ def test_tree_competition_fields_come_from_the_tree(tmp_path):
     assert comp.grade_file == t.comp_dir / "grade.py"
     assert comp.public_dir == t.data_root / t.comp_id / "prepared" / "public"
     assert comp.answers == t.data_root / t.comp_id / "prepared" / "private" / "test.csv"
-    assert list(comp.leaderboard["score"]) == list(BOARD)
+    assert comp.leaderboard is not None and list(comp.leaderboard["score"]) == list(BOARD)
     assert "teamId" in comp.leaderboard.columns
     # the tree's grader (relative import of .metric) gives the MAE computed with NumPy
     train_mean = pd.read_csv(comp.public_dir / "train.csv")["y"].mean()

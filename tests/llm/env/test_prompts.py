@@ -103,6 +103,7 @@ def test_extract_code_variants():
     # a block cut by the token cap still yields its code
     assert extract_code("Here:\n```python\nimport numpy\nx = 2") == "import numpy\nx = 2\n"
     code = extract_code("```py\nfor i in range(3):\n    print(i)\n```")
+    assert code is not None
     ast.parse(code)
 
 

@@ -137,8 +137,8 @@ def test_limits_validation():
 def test_make_sandbox_kinds():
     assert isinstance(make_sandbox("subprocess"), SubprocessSandbox)
     auto = make_sandbox("auto", nproc=7)
-    assert auto.limits.nproc == 7
     assert isinstance(auto, BwrapSandbox if bwrap_works() else SubprocessSandbox)
+    assert auto.limits.nproc == 7
     if bwrap_path() is not None and is_root():
         assert bwrap_works()  # as root, installed bubblewrap must work (CI installs it)
     with pytest.raises(ValueError, match="unknown sandbox kind 'lxc'"):
@@ -154,7 +154,7 @@ def test_run_validates_before_launching(tmp_path):
     with pytest.raises(ValueError, match="nope"):
         sb.run("print(1)", tmp_path / "nope", 1)
     with pytest.raises(ValueError, match="code"):
-        sb.run(b"print(1)", tmp_path, 1)
+        sb.run(b"print(1)", tmp_path, 1)  # pyright: ignore[reportArgumentType]  # the bad input
     assert not (tmp_path / "wd").exists() or not any((tmp_path / "wd").glob("run-*"))
 
 
@@ -188,6 +188,7 @@ def test_file_size_limit(kind, tmp_path):
 def test_docker_timestamps_parse_to_seconds():
     start = _parse_ts("2026-01-02T03:04:05.250000000Z")
     end = _parse_ts("2026-01-02T03:04:07.000000001Z")
+    assert start is not None and end is not None
     assert end - start == pytest.approx(1.750000001, abs=1e-6)
     assert _parse_ts("0001-01-01T00:00:00Z") is None and _parse_ts(None) is None
 

@@ -39,7 +39,7 @@ def accuracy(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
     merged = answers.merge(submission, on="id", suffixes=("_true", "_pred"))
     if len(merged) != len(answers):
         raise ValueError("one row per test id expected")
-    return float((merged["label_true"] == merged["label_pred"]).mean())
+    return float(np.mean(merged["label_true"].to_numpy() == merged["label_pred"].to_numpy()))
 
 
 def _digits() -> tuple[np.ndarray, np.ndarray]:
@@ -255,7 +255,7 @@ print(used)
 def test_cheating_submission_scores_no_better_than_the_baseline(sandbox, comp, data_root):
     answers = pd.read_csv(comp.private_dir / "answers.csv")
     # the sample submission predicts 0; scores are rounded to 5 decimals (MLE-Bench's rule)
-    baseline = round(float((answers["label"] == 0).mean()), 5)
+    baseline = round(float(np.mean(answers["label"].to_numpy() == 0)), 5)
     code = CHEAT.format(
         raw=str(data_root / "leak-digits/raw/digits_full.csv"),
         answers=str(comp.private_dir / "answers.csv"),
@@ -266,7 +266,7 @@ def test_cheating_submission_scores_no_better_than_the_baseline(sandbox, comp, d
         assert out.score == 1.0  # documented: the plain subprocess backend leaks
     else:
         assert out.score == baseline
-        assert out.score < 0.2
+        assert out.score is not None and out.score < 0.2
 
 
 def test_hidden_paths_cover_the_data_root(comp, data_root):
@@ -321,7 +321,8 @@ def test_bbc_cheat_on_the_built_in_competition_scores_the_uniform_baseline(sandb
     out = run_and_grade(textwrap.dedent(BBC_CHEAT), comp, sandbox, LONG)
     assert out.status == "ok", out.outcome_text
     if sandbox.name == "subprocess":
-        assert out.score < 1e-6  # documented leak: the corpus gives every answer
+        # documented leak: the corpus gives every answer
+        assert out.score is not None and out.score < 1e-6
     else:
         # log loss of uniform: ln 5, rounded to 5 decimals as grading does (MLE-Bench's rule)
         assert out.score == round(float(np.log(probs.shape[1])), 5)

@@ -48,6 +48,7 @@ def _edit(block: str) -> str:
 @pytest.mark.parametrize("comp_id", FRONTIER)
 def test_graders_agree_with_sklearn_and_numpy(data_root, comp_id):
     comp = prepare(comp_id, data_root, leaderboard=False)
+    assert comp.answers is not None and comp.sample_submission is not None
     answers = pd.read_csv(comp.answers)
     target = SPECS[comp_id].target
     y = answers[target].to_numpy(dtype=float)
@@ -65,6 +66,7 @@ def test_graders_agree_with_sklearn_and_numpy(data_root, comp_id):
     report = grade_submission(comp, path)
     assert report.valid, report.reason
     assert report.score == pytest.approx(expected, abs=1e-5)
+    assert report.score is not None
     assert 0.55 < report.score < 0.95 if SPECS[comp_id].kind == "binary" else 0.2 < report.score
 
 
@@ -104,6 +106,7 @@ def test_frontier_ladder_runs_every_family(comp_id):
 @pytest.mark.slow
 def test_editing_model_turns_a_fast_weak_parent_into_a_strong_child(data_root, sandbox):
     comp = prepare("fine-foods-auc", data_root, leaderboard=False)
+    assert comp.answers is not None and comp.sample_submission is not None
     parent = dict(baseline_solutions(comp.id))["family"]
     assert editable_constants(parent)["MODEL"].value == "knn"
     action = parse_action(_edit('MODEL = "nb"\nNGRAM_MAX = 2'), "edit", parent)
@@ -120,6 +123,7 @@ def test_editing_model_turns_a_fast_weak_parent_into_a_strong_child(data_root, s
 
 def test_editing_model_to_the_nb_family_scores_what_sklearn_computes(data_root, sandbox, tmp_path):
     comp = prepare("fine-foods-auc", data_root, leaderboard=False)
+    assert comp.answers is not None and comp.sample_submission is not None
     parent = dict(baseline_solutions(comp.id))["family"]
     action = parse_action(_edit('MODEL = "nb"\nMAX_FEATURES = 2000'), "edit", parent)
     assert action.script is not None
@@ -141,6 +145,7 @@ def test_editing_model_to_the_nb_family_scores_what_sklearn_computes(data_root, 
 @pytest.mark.parametrize("comp_id", FRONTIER)
 def test_an_unknown_family_is_an_invalid_sample_naming_the_value(data_root, sandbox, comp_id):
     comp = prepare(comp_id, data_root, leaderboard=False)
+    assert comp.answers is not None and comp.sample_submission is not None
     parent = dict(baseline_solutions(comp.id))["family"]
     action = parse_action(_edit('MODEL = "xgb"'), "edit", parent)
     # a str for a str passes the edit's type rule: the script itself rejects the value
@@ -170,6 +175,7 @@ def test_board_rank_and_percentile_by_hand():
 
 def test_measure_baselines_times_scores_and_ranks(data_root, sandbox, monkeypatch):
     comp = prepare("digits-accuracy", data_root, leaderboard=False)
+    assert comp.answers is not None and comp.sample_submission is not None
     answers = pd.read_csv(comp.answers)
     # a perfect submission, the sample submission and a crash, on a hand-made board
     perfect = (
@@ -193,7 +199,7 @@ def test_measure_baselines_times_scores_and_ranks(data_root, sandbox, monkeypatc
     assert rows["percentile"].iloc[0] == pytest.approx((3 + 0.5) / 4)
     assert rows["percentile"].iloc[1] == pytest.approx((1 + 0.5) / 4)
     assert np.isnan(rows["percentile"].iloc[2])
-    assert (rows["cpu_s"] > 0).all() and (rows["wall_s"] > 0).all()
+    assert (rows["cpu_s"].to_numpy() > 0).all() and (rows["wall_s"].to_numpy() > 0).all()
     table = markdown_table(rows).splitlines()
     assert len(table) == 2 + 3
     assert table[2].startswith("| digits-accuracy | `perfect` |") and "| 1 / 4 | 88 |" in table[2]

@@ -371,7 +371,7 @@ def test_mlebench_registry_used_when_it_imports_completely(tmp_path, monkeypatch
     pkg.__spec__ = importlib.machinery.ModuleSpec("mlebench", None, is_package=True)
     pkg.__path__ = []
     registry_mod = types.ModuleType("mlebench.registry")
-    registry_mod.registry = FakeRegistry()
+    registry_mod.registry = FakeRegistry()  # pyright: ignore[reportAttributeAccessIssue]  # a stand-in module
     helpers_mod = types.ModuleType("mlebench.grade_helpers")
     monkeypatch.setitem(sys.modules, "mlebench", pkg)
     monkeypatch.setitem(sys.modules, "mlebench.registry", registry_mod)

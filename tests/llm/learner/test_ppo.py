@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import replace
+from typing import Any
 
 import fixtures_llm
 import pytest
@@ -128,7 +129,7 @@ def test_normalizer_makes_micro_batches_add_up():
     m = t([[1, 1], [1, 0]])
     full, _ = policy_loss(lp, old, adv, m, 0.2)
     n = float(m.sum())
-    parts = sum(
+    parts: Any = sum(
         policy_loss(lp[i : i + 1], old[i : i + 1], adv[i : i + 1], m[i : i + 1], 0.2, n)[0]
         for i in range(2)
     )

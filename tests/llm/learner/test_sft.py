@@ -42,7 +42,9 @@ _SCRIPT_RE = re.compile(r"# Script\n```python\n(.*?)\n```\nOutcome", re.DOTALL)
 
 def _parent_of(prompt: str) -> str:
     """The script an edit prompt shows (untruncated prompts show it whole)."""
-    return _SCRIPT_RE.search(prompt).group(1) + "\n"
+    found = _SCRIPT_RE.search(prompt)
+    assert found is not None, prompt
+    return found.group(1) + "\n"
 
 
 # ---------------------------------------------------------------------------- values and pairs

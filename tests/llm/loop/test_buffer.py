@@ -212,6 +212,7 @@ def test_sigkill_during_writes_loses_no_committed_sample(tmp_path, kill_after):
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None and proc.stderr is not None
     committed = []
     try:
         for line in proc.stdout:

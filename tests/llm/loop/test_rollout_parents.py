@@ -4,6 +4,8 @@ to its whole-script prompt was cut at the 64-token cap: -10)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rpg_llm.loop.buffer import SampleBuffer
 from rpg_llm.loop.rollout import make_prompts
 from testkit.samples import toy_sample
@@ -24,7 +26,9 @@ def test_edit_parents_have_constants_script_parents_need_not(tmp_path):
     with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
         prior, logreg = buf.add_many([_sample(0, PRIOR, 0.5, 1.0), _sample(1, LOGREG, 0.9, 4.0)])
         # rho = 0.2/s: prior 0.5 - 0.2 = 0.3 ranks above logreg 0.9 - 0.8 = 0.1
-        args = dict(description="", timeout_s=60.0, max_prompt_tokens=4096, tokenizer=_tokenizer)
+        args: dict[str, Any] = dict(
+            description="", timeout_s=60.0, max_prompt_tokens=4096, tokenizer=_tokenizer
+        )
         _, ids, codes = make_prompts(buf, "r", 2, 0.2, action="script", **args)
         assert ids == [prior, logreg]
         prompts, ids, codes = make_prompts(buf, "r", 2, 0.2, action="edit", **args)
@@ -49,7 +53,9 @@ def test_parent_prompt_states_the_charged_time_once(tmp_path):
     text = "score 0.0812 (lower is better), ran 3.2 s, beats 80% of the leaderboard"
     with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
         buf.add_many([toy_sample(0, 0.9, 2.9, step=0, row=0, code=LOGREG, outcome_text=text)])
-        args = dict(description="", timeout_s=60.0, max_prompt_tokens=4096, tokenizer=_tokenizer)
+        args: dict[str, Any] = dict(
+            description="", timeout_s=60.0, max_prompt_tokens=4096, tokenizer=_tokenizer
+        )
         (prompt,), _, _ = make_prompts(buf, "r", 1, None, action="edit", **args)
     assert (
         "Outcome of the script: score 0.0812 (lower is better), beats 80% of the leaderboard, "

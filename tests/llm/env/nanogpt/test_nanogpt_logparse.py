@@ -41,7 +41,7 @@ def test_train_time_in_seconds():
 def test_nan_step_avg_at_step_zero():
     (ln,) = parse_val_lines("step:0/1750 val_loss:10.8258 train_time:0ms step_avg:nanms")
     assert ln.step == 0 and ln.val_loss == 10.8258 and ln.train_time_s == 0.0
-    assert math.isnan(ln.step_avg_s)
+    assert ln.step_avg_s is not None and math.isnan(ln.step_avg_s)
 
 
 def test_extra_trailing_fields():

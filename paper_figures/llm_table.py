@@ -128,6 +128,7 @@ from rpg_core.cli import ArgumentParser, UsageError, comma_list, count, out_fold
 __all__ = [
     "PROG",
     "RUN_RECORD",
+    "sft_warm_tasks",
     "METHODS",
     "ARMS",
     "ABLATION",
@@ -959,15 +960,41 @@ def next_startable(
     A task is *warm* once one of its runs has ended: its offline competition and its SFT start
     (:mod:`rpg_llm.learner.sft_cache`) are then built. A run of a cold task waits while another
     run of the same task is in flight, so that two runs do not build the same caches at once;
-    otherwise the table's order is kept. (A run kept from another machine makes its task warm
-    too; two runs may then build the caches at once, which both caches tolerate, renaming a
-    finished entry into place, at the cost of building them twice.)
+    otherwise the table's order is kept. A slice starts with the tasks of :func:`sft_warm_tasks`
+    warm: a run kept from another machine (its record only) leaves its task cold, since this
+    machine's caches do not hold it.
     """
     busy = {p.task for p in running}
     for k, p in enumerate(pending):
         if p.task in warm or p.task not in busy:
             return k
     return None
+
+
+def sft_warm_tasks(done: Sequence[RunSpec]) -> list[str]:
+    """The tasks of ``done`` (finished runs) whose SFT start this machine's SFT cache holds.
+
+    A run records its SFT computation's cache key in ``<run_dir>/sft.json`` (``sft_cache_key``,
+    :mod:`rpg_llm.loop.warm_start`); the task is warm when ``$RPG_SFT_CACHE`` (:func:`rpg_llm.
+    learner.sft_cache.cache_root`) holds that entry, which also means its offline competition was
+    built here (the SFT reads its baselines). A kept record without ``sft.json`` (it is not part of
+    :data:`RUN_RECORD`), an entry pruned from the cache, an unreadable file or a disabled cache
+    leave the task cold. Returns the tasks sorted.
+    """
+    from rpg_llm.learner.sft_cache import cache_root
+
+    root = cache_root()
+    if root is None:
+        return []
+    warm = set()
+    for p in done:
+        try:
+            key = json.loads((p.run_dir / "sft.json").read_text()).get("sft_cache_key")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(key, str) and key and (root / key / "info.json").is_file():
+            warm.add(p.task)
+    return sorted(warm)
 
 
 def _run_jobs(
@@ -2000,7 +2027,7 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
             return rc == 0
         return True
 
-    warm = sorted({p.task for p in specs if states[p] == "done"})
+    warm = sft_warm_tasks([p for p in specs if states[p] == "done"])
     t0, begun, load = time.perf_counter(), slices.now_utc(), slices.LoadSampler()
     outcome = "interrupted"
     try:

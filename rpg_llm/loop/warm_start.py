@@ -66,9 +66,11 @@ class WarmStart:
         Returns the SFT losses (those stored in ``sft.json`` on a resume).  Fresh run: the losses
         go to ``metrics.jsonl`` (lines with ``step`` 0 and ``sft_step``) and TensorBoard
         (``sft/loss``); the weights are written once to ``sft_weights.safetensors`` and
-        ``sft.json`` records the losses with their SHA-256.  Resume: the stored weights are loaded
-        and their SHA-256 checked; a run folder that has ``sft.json`` but no weights file re-runs
-        the seeded SFT (CPU-deterministic), checks it the same way and stores the weights.
+        ``sft.json`` records the losses with their SHA-256 and the SFT computation's cache key
+        (``sft_cache_key``; None where the cache does not apply: GPU or several processes).
+        Resume: the stored weights are loaded and their SHA-256 checked; a run folder that has
+        ``sft.json`` but no weights file re-runs the seeded SFT (CPU-deterministic), checks it
+        the same way and stores the weights.
 
         Raises:
             RuntimeError: on resume, the loaded or re-run SFT weights differ from the stored
@@ -86,13 +88,18 @@ class WarmStart:
             self._check_digest(stored, path, "loaded")
             log.info("SFT weights loaded from %s in %.1f s", weights, time.perf_counter() - t0)
             return list(stored.get("losses", []))
-        losses, digest = self._fine_tune(record=not resume)
+        losses, digest, key = self._fine_tune(record=not resume)
         if stored is not None:
             self._check_digest(stored, path, "re-run", digest)
         if self.dist.main:
             self._save_weights()
             if stored is None:
-                info = {"steps": cfg.sft_steps, "losses": losses, "weights_sha256": digest}
+                info = {
+                    "steps": cfg.sft_steps,
+                    "losses": losses,
+                    "weights_sha256": digest,
+                    "sft_cache_key": key,
+                }
                 path.write_text(json.dumps(info, indent=1) + "\n")
         self.dist.barrier()
         log.info(
@@ -103,9 +110,11 @@ class WarmStart:
         )
         return losses
 
-    def _fine_tune(self, record: bool) -> tuple[list[float], str]:
-        """Build the SFT examples and fine-tune the actor in place; returns the losses and the
-        fine-tuned weights' :func:`weights_digest` (hashed once: ~0.5 GB for the 135M model).
+    def _fine_tune(self, record: bool) -> tuple[list[float], str, str | None]:
+        """Build the SFT examples and fine-tune the actor in place; returns the losses, the
+        fine-tuned weights' :func:`weights_digest` (hashed once: ~0.5 GB for the 135M model) and
+        the :func:`rpg_llm.learner.sft_cache.sft_key` of the computation (None where the cache
+        is not used: GPU or several processes).
 
         The result is memoised by :mod:`rpg_llm.learner.sft_cache`, keyed by the starting
         weights, the pairs and every SFT setting (bit-identical on a CPU).
@@ -146,7 +155,7 @@ class WarmStart:
                 for k, loss in enumerate(losses, start=1):
                     self.recorder.record_sft(k, loss)
             log.info("SFT warm start: %d steps loaded from the SFT cache (%s)", len(losses), key)
-            return losses, str(cached["weights_sha256"])  # load_entry checked it
+            return losses, str(cached["weights_sha256"]), key  # load_entry checked it
         losses = sft.sft_warm_start(
             self.policy,
             examples,
@@ -166,7 +175,7 @@ class WarmStart:
                 sft_cache.store_entry(key, self.policy.model, {**info, "settings": settings})
             except OSError as err:  # a full or read-only cache costs time, never the run
                 log.warning("SFT cache not written: %s", err)
-        return losses, digest
+        return losses, digest, key if use_cache else None
 
     def _check_digest(
         self, stored: dict[str, Any], path: Path, how: str, digest: str | None = None

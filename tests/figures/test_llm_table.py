@@ -377,7 +377,7 @@ def test_the_tuning_record_matches_the_settings():
     crit = {k: (c["rpg"] + c["vanilla"]) / 2 for k, c in rec["candidates"].items()}
     for k, c in rec["candidates"].items():
         assert c["criterion"] == pytest.approx(crit[k], abs=1e-6)
-    best = max(crit, key=crit.get)
+    best = max(crit, key=lambda k: crit[k])
     assert float(best) == rec["chosen"]["actor_lr"]
     assert PRESETS[lt.FULL.preset].config.ppo.actor_lr == rec["chosen"]["actor_lr"]
     assert f"{crit[best]:.3f}" in lt.TUNING_NOTE and "900, 901" in lt.TUNING_NOTE
@@ -591,6 +591,32 @@ def test_next_startable_keeps_order_but_holds_a_second_run_of_a_cold_task(tmp_pa
     assert lt.next_startable([], [a0], set()) is None
 
 
+def test_sft_warm_tasks_need_the_runs_cache_entry_on_this_machine(tmp_path, monkeypatch):
+    """A kept run makes its task warm only where this machine's SFT cache holds the entry its
+    sft.json names: a record brought from another machine (no sft.json), a pruned entry, a
+    broken sft.json or a disabled cache leave the task cold."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RPG_SFT_CACHE", str(cache))
+    (cache / "k-here").mkdir(parents=True)
+    (cache / "k-here" / "info.json").write_text("{}")
+    runs = {t: lt.RunSpec(t, "rpg", 0, tmp_path / "out") for t in ("here", "pruned", "bad", "kept")}
+    for task, text in (
+        ("here", json.dumps({"sft_cache_key": "k-here"})),
+        ("pruned", json.dumps({"sft_cache_key": "k-gone"})),
+        ("bad", "{not json"),
+    ):
+        runs[task].run_dir.mkdir(parents=True)
+        (runs[task].run_dir / "sft.json").write_text(text)
+    runs["kept"].run_dir.mkdir(parents=True)  # a kept record: RUN_RECORD has no sft.json
+    assert lt.sft_warm_tasks(list(runs.values())) == ["here"]
+    old = lt.RunSpec("old", "rpg", 0, tmp_path / "out")  # sft.json from before the key
+    old.run_dir.mkdir(parents=True)
+    (old.run_dir / "sft.json").write_text(json.dumps({"losses": [1.0]}))
+    assert lt.sft_warm_tasks([old, runs["here"], runs["here"]]) == ["here"]
+    monkeypatch.setenv("RPG_SFT_CACHE", "off")
+    assert lt.sft_warm_tasks(list(runs.values())) == []
+
+
 def test_jobs_run_two_at_once_and_never_two_cold_runs_of_one_task(tmp_path):
     import threading
 
@@ -616,7 +642,7 @@ def test_jobs_run_two_at_once_and_never_two_cold_runs_of_one_task(tmp_path):
     assert dict((repr(p), ok) for p, ok in ended)["a rpg seed 0"] is True
     assert "a rpg seed 0" not in seen_beside["a vanilla seed 0"]  # a was cold: one at a time
     assert "a rpg seed 0" in seen_beside["b rpg seed 0"]
-    # a task with a run finished before (kept in --out) is warm: its runs go two at once
+    # a task warm from the start (sft_warm_tasks: its SFT start is cached): two runs at once
     a_only = [(1, specs[0]), (2, specs[1])]
     b_started.set()
     assert all(ok for _, ok in lt._run_jobs(a_only, fn, jobs=1, warm=["a"]))

@@ -39,6 +39,7 @@ def test_store_then_load_gives_the_same_weights(tmp_path):
     trained = _model(1)
     info = {"losses": [0.9, 0.4], "weights_sha256": weights_digest(trained)}
     folder = sft_cache.store_entry("k1", trained, info, root=tmp_path)
+    assert folder is not None
     assert folder == tmp_path / "k1" and json.loads((folder / "info.json").read_text()) == info
     fresh = _model(2)
     assert weights_digest(fresh) != info["weights_sha256"]
@@ -83,7 +84,7 @@ def test_old_entries_are_pruned_least_recently_used_first(tmp_path, monkeypatch)
     info = {"weights_sha256": weights_digest(m)}
     for i, key in enumerate(("k0", "k1", "k2")):
         sft_cache.store_entry(key, m, info, root=tmp_path)
-        os.utime(tmp_path / key / "info.json", (100.0 * (i + 1),) * 2)  # k0 oldest
+        os.utime(tmp_path / key / "info.json", (100.0 * (i + 1), 100.0 * (i + 1)))  # k0 oldest
     assert sft_cache.load_entry("k0", _model(2), weights_digest, root=tmp_path) == info  # used
     sft_cache.store_entry("k3", m, info, root=tmp_path)  # 4 entries > 3: the LRU one, k1, goes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k0", "k2", "k3"]
@@ -140,10 +141,15 @@ def test_runs_sharing_the_sft_seed_compute_the_sft_once(tmp_path, monkeypatch):
     b = run("b", seed=1, sft_seed=0)  # another run seed, the same SFT: loaded from the cache
     assert calls == [0]
     assert b["weights_sha256"] == a["weights_sha256"] and b["losses"] == a["losses"]
+    # each run names the cache entry of its SFT (what paper_figures.llm_table checks)
+    assert len(a["sft_cache_key"]) == 64 and b["sft_cache_key"] == a["sft_cache_key"]
+    root = sft_cache.cache_root()
+    assert root is not None and (root / a["sft_cache_key"] / "info.json").is_file()
     lines = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert [m["sft/loss"] for m in lines if "sft_step" in m] == pytest.approx(a["losses"])
     c = run("c", seed=1, sft_seed=None)  # the SFT seed is the run seed 1: computed
     assert calls == [0, 1] and c["weights_sha256"] != a["weights_sha256"]
+    assert c["sft_cache_key"] != a["sft_cache_key"]
     monkeypatch.setenv(sft_cache.CACHE_ENV, "off")
     d = run("d", seed=2, sft_seed=0)  # no cache: computed again, bit-identical to a's
     assert calls == [0, 1, 0] and d["weights_sha256"] == a["weights_sha256"]

@@ -131,10 +131,13 @@ def read_slices(path: Path) -> list[Slice]:
     return out
 
 
-def slices_text(slices: Sequence[Slice], table_runs: Iterable[str]) -> str:
+def slices_text(
+    slices: Sequence[Slice], table_runs: Iterable[str], planned: int | None = None
+) -> str:
     """One paragraph: the recorded slices' summed wall time (hours), their ``--jobs``, load and
-    outcomes, and how many of ``table_runs`` (run names in the table) they started; ``""``
-    when there are no slices."""
+    outcomes, and how many of ``table_runs`` (the finished runs in the table, by name) they
+    started; with ``planned`` (the protocol's run count) above the finished count, it says that
+    the sum is not yet the whole table's cost. ``""`` when there are no slices."""
     if not slices:
         return ""
     table = set(table_runs)
@@ -161,5 +164,10 @@ def slices_text(slices: Sequence[Slice], table_runs: Iterable[str]) -> str:
         text += (
             "; the other runs were made by slices before the ledger or elsewhere, and their "
             "time is not in this sum"
+        )
+    if planned is not None and planned > len(table):
+        text += (
+            f"; {planned - len(table)} of the table's {planned} runs have not finished, so the "
+            "sum is not yet the whole table's cost"
         )
     return text + "."

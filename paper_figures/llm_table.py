@@ -1460,7 +1460,7 @@ def write_table(
     seeding = _seeding_text(s.tasks, {bool(cfgs[p].seed_buffer) for p in specs})
     g = cfgs[specs[0]].trl.num_generations
     names = [f"{r.task}/{Path(x['run_dir']).name}" for r in rows for x in r.runs]
-    ledger = slices.slices_text(slices.read_slices(out / slices.SLICES_CSV), names)
+    ledger = slices.slices_text(slices.read_slices(out / slices.SLICES_CSV), names, len(specs))
     doc = _markdown_document(s, rows, avg, dropped, time_measure, edits, seeding, g, ledger)
     md.write_text(doc)
     written.append(md)

@@ -60,6 +60,13 @@ def test_the_text_sums_the_slices_and_counts_the_runs_they_made():
     assert "They started 3 of the table's 4 runs; the other runs" in text  # u/ is not the table's
     full = slices.slices_text(ledger, table[:3])
     assert "They started 3 of the table's 3 runs." in full and "other runs" not in full
+    # a table still being made: its finished runs, out of the protocol's
+    partial = slices.slices_text(ledger, table[:3], planned=10)
+    assert partial.endswith(
+        "They started 3 of the table's 3 runs; 7 of the table's 10 runs have not finished, so "
+        "the sum is not yet the whole table's cost."
+    )
+    assert "have not finished" not in slices.slices_text(ledger, table[:3], planned=3)
     assert slices.slices_text([], table) == ""
 
 

@@ -975,11 +975,11 @@ def sft_warm_tasks(done: Sequence[RunSpec]) -> list[str]:
     """The tasks of ``done`` (finished runs) whose SFT start this machine's SFT cache holds.
 
     A run records its SFT computation's cache key in ``<run_dir>/sft.json`` (``sft_cache_key``,
-    :mod:`rpg_llm.loop.warm_start`); the task is warm when ``$RPG_SFT_CACHE`` (:func:`rpg_llm.
-    learner.sft_cache.cache_root`) holds that entry, which also means its offline competition was
-    built here (the SFT reads its baselines). A kept record without ``sft.json`` (it is not part of
-    :data:`RUN_RECORD`), an entry pruned from the cache, an unreadable file or a disabled cache
-    leave the task cold. Returns the tasks sorted.
+    :mod:`rpg_llm.loop.warm_start`); the task is warm when the SFT cache
+    (:func:`rpg_llm.learner.sft_cache.cache_root`, ``$RPG_SFT_CACHE``) holds that entry, which
+    also means its offline competition was built here (the SFT reads its baselines). A kept
+    record without ``sft.json`` (it is not part of :data:`RUN_RECORD`), an entry pruned from the
+    cache, an unreadable file or a disabled cache leave the task cold. Returns the tasks sorted.
     """
     from rpg_llm.learner.sft_cache import cache_root
 

@@ -132,12 +132,16 @@ def read_slices(path: Path) -> list[Slice]:
 
 
 def slices_text(
-    slices: Sequence[Slice], table_runs: Iterable[str], planned: int | None = None
+    slices: Sequence[Slice],
+    table_runs: Iterable[str],
+    *,
+    unfinished: int = 0,
+    planned: int | None = None,
 ) -> str:
     """One paragraph: the recorded slices' summed wall time (hours), their ``--jobs``, load and
     outcomes, and how many of ``table_runs`` (the finished runs in the table, by name) they
-    started; with ``planned`` (the protocol's run count) above the finished count, it says that
-    the sum is not yet the whole table's cost. ``""`` when there are no slices."""
+    started; with ``unfinished`` > 0 runs of the protocol's ``planned`` not finished yet, it
+    says that the sum is not yet the whole table's cost. ``""`` when there are no slices."""
     if not slices:
         return ""
     table = set(table_runs)
@@ -165,9 +169,11 @@ def slices_text(
             "; the other runs were made by slices before the ledger or elsewhere, and their "
             "time is not in this sum"
         )
-    if planned is not None and planned > len(table):
+    if unfinished > 0:
+        of = f" of the protocol's {planned}" if planned is not None else ""
         text += (
-            f"; {planned - len(table)} of the table's {planned} runs have not finished, so the "
-            "sum is not yet the whole table's cost"
+            f"; {unfinished} run{'s' if unfinished != 1 else ''}{of} "
+            f"{'have' if unfinished != 1 else 'has'} not finished, so the sum is not yet the "
+            "whole table's cost"
         )
     return text + "."

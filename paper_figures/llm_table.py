@@ -977,7 +977,7 @@ def sft_warm_tasks(done: Sequence[RunSpec]) -> list[str]:
     A run records its SFT computation's cache key in ``<run_dir>/sft.json`` (``sft_cache_key``,
     :mod:`rpg_llm.loop.warm_start`); the task is warm when the SFT cache
     (:func:`rpg_llm.learner.sft_cache.cache_root`, ``$RPG_SFT_CACHE``) holds that entry, which
-    also means its offline competition was built here (the SFT reads its baselines). A kept
+    normally means its offline competition was built here too (the SFT reads its baselines). A kept
     record without ``sft.json`` (it is not part of :data:`RUN_RECORD`), an entry pruned from the
     cache, an unreadable file or a disabled cache leave the task cold. Returns the tasks sorted.
     """
@@ -1460,7 +1460,13 @@ def write_table(
     seeding = _seeding_text(s.tasks, {bool(cfgs[p].seed_buffer) for p in specs})
     g = cfgs[specs[0]].trl.num_generations
     names = [f"{r.task}/{Path(x['run_dir']).name}" for r in rows for x in r.runs]
-    ledger = slices.slices_text(slices.read_slices(out / slices.SLICES_CSV), names, len(specs))
+    unfinished = sum(run_state(p, cfgs[p]) != "done" for p in specs)
+    ledger = slices.slices_text(
+        slices.read_slices(out / slices.SLICES_CSV),
+        names,
+        unfinished=unfinished,
+        planned=len(specs),
+    )
     doc = _markdown_document(s, rows, avg, dropped, time_measure, edits, seeding, g, ledger)
     md.write_text(doc)
     written.append(md)

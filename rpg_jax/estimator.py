@@ -299,7 +299,7 @@ def estimate(
     sampler: str = "polar",
     *,
     chunk_batches: int = CHUNK_BATCHES,
-    batch_slots: jax.typing.ArrayLike | None = None,
+    batch_slots: int | np.integer | jax.Array | None = None,
 ) -> jax.Array:
     """Reward-rate estimate from the posterior predictive (quantile of synthetic batch rates).
 
@@ -331,8 +331,7 @@ def estimate(
     Source: DESIGN.md section 4 (reference estimator).
     """
     _check_sampling(num_slots, num_batches, quantile, sampler)
-    if isinstance(batch_slots, int | np.integer) and not 1 <= batch_slots <= num_slots:
-        raise ValueError(f"batch_slots must be in 1..{num_slots} (num_slots), got {batch_slots}")
+    polar_t.check_batch_slots(batch_slots, num_slots)  # before tracing, for every sampler
 
     k, c = _chunking(num_batches, chunk_batches)
 

@@ -50,6 +50,7 @@ __all__ = [
     "bivariate_t_standard",
     "affine",
     "batch_rates",
+    "check_batch_slots",
     "bivariate_t",
 ]
 
@@ -176,6 +177,17 @@ def affine(t0: jax.Array, t1: jax.Array, loc: jax.Array, scale_tril: jax.Array):
     return y0, y1
 
 
+def check_batch_slots(batch_slots: int | np.integer | jax.Array | None, num_slots: int) -> None:
+    """Refuse a concrete ``batch_slots`` outside ``1..num_slots`` (a batch of no slot, or of
+    more slots than drawn, has no rate). None and traced arrays pass (they cannot be read).
+
+    Raises:
+        ValueError: a Python or NumPy int outside ``1..num_slots``, naming it.
+    """
+    if isinstance(batch_slots, int | np.integer) and not 1 <= batch_slots <= num_slots:
+        raise ValueError(f"batch_slots must be in 1..{num_slots} (num_slots), got {batch_slots}")
+
+
 def batch_rates(
     key: jax.Array,
     nu: jax.Array,
@@ -183,7 +195,7 @@ def batch_rates(
     scale_tril: jax.Array,
     num_batches: int,
     num_slots: int,
-    batch_slots: jax.typing.ArrayLike | None = None,
+    batch_slots: int | np.integer | jax.Array | None = None,
 ) -> jax.Array:
     """Per-batch rate ``mean_s y0 / mean_s exp(y1)`` of ``num_batches x num_slots`` t draws.
 
@@ -204,8 +216,13 @@ def batch_rates(
     Returns:
       Shape ``(num_batches,)``, ``loc``'s dtype.
 
+    Raises:
+      ValueError: a Python int ``batch_slots`` outside ``1..num_slots``
+        (:func:`check_batch_slots`).
+
     Source: the estimator's batch statistic, DESIGN.md sections 4-5.
     """
+    check_batch_slots(batch_slots, num_slots)
     shape = (num_batches, num_slots)
     t0, t1 = standard_grid(key, nu, shape, loc.dtype)
     y0, y1 = affine(t0, t1, loc, scale_tril)

@@ -42,7 +42,8 @@ def toy_accuracy(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
 def toy_mae(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
     """Grader of the lower-is-better toy: mean absolute error of ``label``."""
     merged = answers.merge(submission, on="id", suffixes=("_true", "_pred"))
-    return float(np.mean(np.abs(merged["label_true"].to_numpy() - merged["label_pred"].to_numpy())))
+    err = np.abs(merged["label_true"].to_numpy(float) - merged["label_pred"].to_numpy(float))
+    return float(np.nanmean(err))  # like pandas' mean, missing predictions are skipped
 
 
 def build_competition(

@@ -60,13 +60,15 @@ def test_the_text_sums_the_slices_and_counts_the_runs_they_made():
     assert "They started 3 of the table's 4 runs; the other runs" in text  # u/ is not the table's
     full = slices.slices_text(ledger, table[:3])
     assert "They started 3 of the table's 3 runs." in full and "other runs" not in full
-    # a table still being made: its finished runs, out of the protocol's
-    partial = slices.slices_text(ledger, table[:3], planned=10)
+    # a table still being made: the protocol's runs that have not finished
+    partial = slices.slices_text(ledger, table[:3], unfinished=7, planned=10)
     assert partial.endswith(
-        "They started 3 of the table's 3 runs; 7 of the table's 10 runs have not finished, so "
+        "They started 3 of the table's 3 runs; 7 runs of the protocol's 10 have not finished, so "
         "the sum is not yet the whole table's cost."
     )
-    assert "have not finished" not in slices.slices_text(ledger, table[:3], planned=3)
+    one = slices.slices_text(ledger, table[:3], unfinished=1, planned=4)
+    assert "; 1 run of the protocol's 4 has not finished, so" in one
+    assert "not finished" not in slices.slices_text(ledger, table[:3], unfinished=0, planned=3)
     assert slices.slices_text([], table) == ""
 
 

@@ -120,3 +120,15 @@ def test_fused_batch_rate_law_matches_scipy_and_a_wrong_law_is_caught(df, dtype)
     assert stats.ks_2samp(fast(df, _TRIL), ref).pvalue > 1e-3  # pyright: ignore[reportAttributeAccessIssue]
     assert stats.ks_2samp(fast(df, _TRIL.T), ref).pvalue < 1e-6  # pyright: ignore[reportAttributeAccessIssue]
     assert stats.ks_2samp(fast(2.5 if df < 10 else 4.0, _TRIL), ref).pvalue < 1e-6  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def test_batch_rates_refuses_a_batch_of_no_slot_or_of_more_slots_than_drawn():
+    key, loc, tril = jax.random.key(0), jnp.asarray(_LOC), jnp.asarray(_TRIL)
+    args = (key, jnp.float64(5.0), loc, tril, 8, 4)
+    for bad in (0, 5, np.int64(-1)):
+        with pytest.raises(ValueError, match=f"batch_slots must be in 1..4 .*got {bad}"):
+            batch_rates(*args, batch_slots=bad)
+    # every allowed n gives finite rates; n = num_slots equals the default of all slots
+    rates = [np.asarray(batch_rates(*args, batch_slots=n)) for n in (1, 4)]
+    assert all(np.isfinite(r).all() for r in rates)
+    np.testing.assert_allclose(rates[1], np.asarray(batch_rates(*args)), rtol=1e-12)

@@ -136,13 +136,13 @@ def test_launcher_embeds_any_source_verbatim(task):
 
     code = 'print("""quote\'s\\n""")\n# \u00fcn\u00efcode\n'
     tree = ast.parse(launcher_code(code, task.settings))
-    written = [
-        n.args[0].value
+    writes = [
+        n
         for n in ast.walk(tree)
         if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "write"
-        if isinstance(n.args[0], ast.Constant)
     ]
-    assert written == [code]
+    assert all(isinstance(n.args[0], ast.Constant) for n in writes)  # the source as a literal
+    assert [n.args[0].value for n in writes if isinstance(n.args[0], ast.Constant)] == [code]
     assert "--nproc_per_node=1" in launcher_code(code, task.settings)
 
 

@@ -2005,8 +2005,16 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
     for i, p in enumerate(specs, 1):
         if args.table_only or states[p] == "done":
             print(f"[{i}/{n}] {p}: {'skip (finished)' if states[p] == 'done' else states[p]}")
-        if not args.table_only and (states[p] != "done" or s.probe_answers):
+        if args.table_only:
+            continue
+        if states[p] != "done":
             work.append((i, p))
+        elif s.probe_answers and probe_is_current(s, p, cfgs[p].engine):
+            # not a job: a job's end marks its task warm (_run_jobs), and a kept run's record
+            # says nothing of this machine's caches (sft_warm_tasks)
+            print(f"[{i}/{n}] {p}: probe skip (current)")
+        elif s.probe_answers:
+            work.append((i, p))  # finished here, not yet probed: its caches were built here
 
     started: dict[str, list[str]] = {"runs": [], "probes": []}
 

@@ -1368,10 +1368,19 @@ def test_each_run_is_probed_when_it_finishes_and_its_kept_record_stands(
     assert not list(kept.glob("runs/*/*/checkpoints"))
     monkeypatch.setattr(lt, "_run_one", lambda *a: pytest.fail(f"ran {a[1]} again"))
     monkeypatch.setattr(lt, "_call", lambda cmd, log: pytest.fail(f"started {cmd}"))
+    jobs_given = []
+    real_run_jobs = lt._run_jobs
+    monkeypatch.setattr(
+        lt,
+        "_run_jobs",
+        lambda work, *a, **kw: jobs_given.append((work, kw)) or real_run_jobs(work, *a, **kw),
+    )
     capsys.readouterr()
     assert lt.main([*argv[:1], str(kept), *argv[2:]]) == 0
     printed = capsys.readouterr().out
     assert printed.count("probe skip (current)") == 4 and "probe exit" not in printed
+    # kept records are no jobs and warm no task: they say nothing of this machine's caches
+    assert jobs_given == [([], {"warm": []})]
     assert not (kept / slices.SLICES_CSV).exists()  # a slice that started nothing is no row
     for name in ("llm_table.csv", "llm_table_probe.csv"):
         assert (kept / name).read_text() == (out / name).read_text()

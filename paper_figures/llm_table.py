@@ -1415,8 +1415,10 @@ def write_table(
     from rpg_llm.loop.budget import read_chains
 
     rows, written, run_rows, step_rows, edits = [], [], [], [], []
+    n_finished = 0
     for task in s.tasks:
         finished = [p for p in specs if p.task == task and run_state(p, cfgs[p]) == "done"]
+        n_finished += len(finished)
         runs: dict[str, dict[int, list]] = {m: {} for m in s.arms}
         for p in finished:
             runs[p.method][p.seed] = read_chains(p.run_dir)
@@ -1460,11 +1462,10 @@ def write_table(
     seeding = _seeding_text(s.tasks, {bool(cfgs[p].seed_buffer) for p in specs})
     g = cfgs[specs[0]].trl.num_generations
     names = [f"{r.task}/{Path(x['run_dir']).name}" for r in rows for x in r.runs]
-    unfinished = sum(run_state(p, cfgs[p]) != "done" for p in specs)
     ledger = slices.slices_text(
         slices.read_slices(out / slices.SLICES_CSV),
         names,
-        unfinished=unfinished,
+        unfinished=len(specs) - n_finished,
         planned=len(specs),
     )
     doc = _markdown_document(s, rows, avg, dropped, time_measure, edits, seeding, g, ledger)
@@ -2009,12 +2010,13 @@ def _table(args, s: TableSettings, out: Path, specs: list[RunSpec], cfgs: dict) 
             continue
         if states[p] != "done":
             work.append((i, p))
-        elif s.probe_answers and probe_is_current(s, p, cfgs[p].engine):
-            # not a job: a job's end marks its task warm (_run_jobs), and a kept run's record
-            # says nothing of this machine's caches (sft_warm_tasks)
-            print(f"[{i}/{n}] {p}: probe skip (current)")
         elif s.probe_answers:
-            work.append((i, p))  # finished here, not yet probed: its caches were built here
+            if probe_is_current(s, p, cfgs[p].engine):
+                # not a job: a job's end marks its task warm (_run_jobs), and a kept run's
+                # record says nothing of this machine's caches (sft_warm_tasks)
+                print(f"[{i}/{n}] {p}: probe skip (current)")
+            else:
+                work.append((i, p))  # finished here, not yet probed: its caches were built here
 
     started: dict[str, list[str]] = {"runs": [], "probes": []}
 

@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli  # noqa: E402
+from rpg_llm.launch import check_device  # noqa: E402
 from rpg_llm.learner.policy import Policy, generate, load_policy  # noqa: E402
 from rpg_llm.learner.ppo import PPOBatch, PPOConfig, PPOTrainer  # noqa: E402
-from rpg_llm.run import check_device  # noqa: E402
 from testkit.tiny_model import build_tiny_model  # noqa: E402
 
 SAMPLE_T = 0.7  # sampling temperature; the trainer's log-probs use the same (rpg_llm.learner.ppo)

@@ -41,9 +41,9 @@ def overhead(metrics: list[dict]) -> dict[str, float]:
 
 
 def _fresh_run(folder: Path) -> Path:
+    from rpg_llm.config import RewardConfig
     from rpg_llm.learner.ppo import PPOConfig
     from rpg_llm.loop import LoopConfig, SamplingConfig, train
-    from rpg_llm.loop.rewards import RewardConfig
     from testkit.tiny_model import build_tiny_model
 
     model = build_tiny_model(folder / "tiny")

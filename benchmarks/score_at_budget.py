@@ -3,7 +3,7 @@ its chains of the best DESIGN.md raw reward (the score of a higher-is-better tas
 percentile of a lower-is-better one, -10 for an invalid sample) finished within ``B`` seconds of
 the run's time measure, step-0 seeds excluded; then mean +- s.e. over the runs given that have a
 value at ``B`` (a run none of whose chains finished a sample within ``B`` is left out, and the
-count printed says so). An unfinished run (:func:`rpg_llm.loop.budget.run_finished` on its
+count printed says so). An unfinished run (:func:`rpg_llm.launch.status` on its
 stored config: a run still going, or one stopped before its steps or budget) prints its value so
 far, marked, and is left out of the mean.
 
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     from seed_rates import run_boards
 
-    from rpg_llm.loop.budget import Chain, curve, run_finished, steps_done
+    from rpg_llm.launch import status
+    from rpg_llm.loop.budget import Chain, curve
 
     p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     p.add_argument("run_dirs", nargs="+", help="run folders (python -m rpg_llm.run --out)")
@@ -90,8 +91,9 @@ def _main(argv: Sequence[str] | None) -> int:
         res = curve([Chain("", t, b) for t, b in chains], np.array([args.budget]))
         value, n = float(res["mean_best"][0]), int(res["n_chains"][0])
         at = f"{n} of {len(chains)} chains with a value at {args.budget:g}"
-        if not run_finished(f, cfg):
-            done = steps_done(f, cfg.engine)
+        st = status(f.root, cfg)
+        if not st.finished:
+            done = st.steps_done
             print(f"{f.root}: {value:.4f} ({at}; unfinished, step {done} of {cfg.steps}: left out)")
             continue
         values.append(value)

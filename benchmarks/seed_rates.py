@@ -49,7 +49,7 @@ def seed_rates(
         board: the task's leaderboard scores, shape ``(n,)``, ``n >= 1``.
         lower_is_better: the score's direction.
         time_floor_s: smallest time charged, seconds (the run's ``--time-floor``; default
-            :data:`rpg_llm.loop.rewards.TIME_FLOOR_S`).
+            :data:`rpg_llm.config.TIME_FLOOR_S`).
 
     Returns:
         One dict per valid seed, in row order: ``row``, ``score``, ``raw_reward`` (DESIGN.md's:
@@ -60,8 +60,8 @@ def seed_rates(
     Raises:
         ValueError: no valid step-0 sample, or an empty board.
     """
+    from rpg_llm.config import TIME_FLOOR_S
     from rpg_llm.env.tasks.grading import leaderboard_percentile
-    from rpg_llm.loop.rewards import TIME_FLOOR_S
 
     floor = TIME_FLOOR_S if time_floor_s is None else time_floor_s
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from paper_figures._common import out_dir, plt, save_figure, write_csv
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_llm.env.registry import is_loss_task
 from rpg_llm.loop.budget import (
     CSV_FIELDS,
     Chain,
@@ -101,7 +102,6 @@ def valid_limits(
 def y_label(run_dirs: Sequence[str | Path]) -> str:
     """The y-axis label: the best raw reward for competition runs; for NanoGPT runs
     (:func:`rpg_llm.env.registry.is_loss_task`) the curves are minus the best crossing val loss."""
-    from rpg_llm.env.registry import is_loss_task
     from rpg_llm.loop.runfolder import RunFolder
 
     loss = []

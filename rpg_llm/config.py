@@ -1,50 +1,43 @@
-"""Typed settings of a training run, and the command-line flags generated from them.
+"""Typed settings of a training run: the contract between every launcher and a run.
 
-:class:`LoopConfig` holds the run's own fields and three nested configs, each checked once in its
+:class:`LoopConfig` holds the run's own fields and four nested configs, each checked once in its
 ``__post_init__`` (the boundary): :class:`SamplingConfig` (decoding and token budgets),
-:class:`rpg_llm.loop.rewards.RewardConfig` (arm, timeout, reward constants) and
-:class:`PPOConfig` (PPO hyper-parameters, trained by :mod:`rpg_llm.learner.ppo`). Paper settings:
-DESIGN.md section 7.
-
-Flags: every leaf field of the tree is one flag of ``python -m rpg_llm.run``, named
-``--<field>`` with ``_`` as ``-`` unless the field's metadata names another
-(``field(metadata=flag("--timeout"))``);
-:func:`add_flags` adds them to a parser and :func:`apply_flags` folds the values given into a
-config, so a new field gets its flag by being declared. Errors raised while a config is built name
-the flags (:func:`flag_names`), not the internal field names.
+:class:`RewardConfig` (arm, timeout, reward constants), :class:`PPOConfig` (PPO hyper-parameters,
+trained by :mod:`rpg_llm.learner.ppo`) and :class:`TRLConfig` (the TRL engine). Paper settings:
+DESIGN.md section 7. Each field's metadata names its command-line flag (:mod:`rpg_llm.flags`
+generates the flags from the fields).
 
 ``config.json``: :meth:`LoopConfig.to_dict` (the nested layout) and :meth:`LoopConfig.from_dict`,
 which also reads the flat layout written before the configs were nested, and raises on unknown keys.
+This module imports neither torch nor jax.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-import re
 import typing
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from rpg_llm.env.actions import ACTION_FORMATS
-from rpg_llm.loop.rewards import RewardConfig
+from rpg_llm.env.sandbox.base import MAX_TIMEOUT_S
 
 __all__ = [
     "PPOConfig",
     "SamplingConfig",
+    "RewardConfig",
+    "TRLConfig",
     "LoopConfig",
+    "METHODS",
+    "PARENT_RANKS",
+    "TIME_MEASURES",
+    "RAW_REWARDS",
+    "TIME_FLOOR_S",
+    "IMPROVEMENT_BONUS",
     "RUN_RECORD_KEYS",
     "SPEED_ONLY_SETTINGS",
     "flag",
-    "config_flags",
-    "flag_names",
-    "add_flags",
-    "apply_flags",
-    "given_flags",
-    "FlagSpec",
-    "with_path",
-    "named_errors",
 ]
 
 RUN_RECORD_KEYS = ("competition", "seeded", "label", "torch")
@@ -203,6 +196,141 @@ class SamplingConfig:
         _int_at_least(self, "max_new_tokens", 1)
         _int_at_least(self, "max_prompt_tokens", 256)
         _int_at_least(self, "gen_batch_size", 1, optional=True, high=MAX_BATCH)
+
+
+METHODS = ("rpg", "vanilla", "fixed-lambda")
+"""The training arms (:class:`RewardConfig`)."""
+PARENT_RANKS = ("arm", "rate", "raw")
+TIME_MEASURES = ("wall", "cpu")
+RAW_REWARDS = ("design", "percentile")
+TIME_FLOOR_S = 0.1
+"""Smallest time charged to a sample, seconds (DESIGN.md section 7)."""
+IMPROVEMENT_BONUS = 0.5
+"""Bonus for a new best raw reward (DESIGN.md section 7)."""
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Reward settings of one arm.
+
+    Attributes:
+        method: ``"rpg"`` (relative reward), ``"vanilla"`` (raw reward) or ``"fixed-lambda"``
+            (``r - fixed_lambda * delta``).
+        timeout_s: execution time limit, seconds (charged to invalid samples in the RPG arm).
+        c: weight of the time cost ``c * rho_hat * delta`` (paper: 1).
+        bonus: improvement bonus for a new best (paper: 0.5; 0 disables it).
+        time_floor_s: smallest time charged, seconds (0.1).
+        time_measure: ``"wall"`` (the paper) or ``"cpu"``: which time of the script is ``delta``.
+        fixed_lambda: the fixed-lambda arm's price of time, reward per second (> 0 there; must
+            stay 0 in the other arms).
+        parent_rank: how parents are ranked: ``"arm"``, ``"rate"`` or ``"raw"``
+            (:meth:`ranking_rho`).
+        raw_reward: the raw reward ``r`` of a valid script: ``"design"`` (DESIGN.md section 7:
+            the score when higher is better, the leaderboard percentile when lower is better)
+            or ``"percentile"`` (the leaderboard percentile in [0, 1] for every task). A reward
+            rate is not invariant to a shift of ``r``: with ``"design"`` a chance-level AUC
+            script still earns 0.5 per run, so the fastest chance-level script has the highest
+            rate; a percentile puts such a script near 0. Invalid scripts get -10 either way.
+
+    The ``metadata`` of each field names its ``python -m rpg_llm.run`` flag
+    (:mod:`rpg_llm.config`). Numbers are cast to float here, once.
+
+    Raises:
+        ValueError: a bad value (named).
+    """
+
+    method: str = field(default="rpg", metadata={"help": "training arm", "choices": METHODS})
+    timeout_s: float = field(
+        default=60.0, metadata={"flag": "--timeout", "help": "seconds per script"}
+    )
+    c: float = field(
+        default=1.0, metadata={"flag": "--time-cost", "help": "weight c of rho_hat * delta"}
+    )
+    bonus: float = field(
+        default=IMPROVEMENT_BONUS,
+        metadata={"flag": "--improvement-bonus", "help": "bonus for a new best raw reward"},
+    )
+    time_floor_s: float = field(
+        default=TIME_FLOOR_S, metadata={"flag": "--time-floor", "help": "smallest time charged, s"}
+    )
+    time_measure: str = field(
+        default="wall",
+        metadata={
+            "flag": "--time",
+            "help": "delta is the script's wall time or its CPU time (user + sys, children too)",
+            "choices": TIME_MEASURES,
+        },
+    )
+
+    fixed_lambda: float = field(
+        default=0.0,
+        metadata={"help": "price of time of --method fixed-lambda, reward per second"},
+    )
+    parent_rank: str = field(
+        default="arm",
+        metadata={
+            "help": "parents ranked as the arm does, by r - rho_hat * delta, or by r",
+            "choices": PARENT_RANKS,
+        },
+    )
+    raw_reward: str = field(
+        default="design",
+        metadata={
+            "help": "raw reward of a valid script: DESIGN.md's (score; percentile if lower is "
+            "better) or the leaderboard percentile for every task",
+            "choices": RAW_REWARDS,
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.parent_rank not in PARENT_RANKS:
+            raise ValueError(f"parent_rank must be one of {PARENT_RANKS}, got {self.parent_rank!r}")
+        if self.raw_reward not in RAW_REWARDS:
+            raise ValueError(f"raw_reward must be one of {RAW_REWARDS}, got {self.raw_reward!r}")
+        if self.time_measure not in TIME_MEASURES:
+            raise ValueError(
+                f"time_measure must be one of {TIME_MEASURES}, got {self.time_measure!r}"
+            )
+        for name in ("timeout_s", "c", "bonus", "time_floor_s", "fixed_lambda"):
+            v = getattr(self, name)
+            if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, got {v!r}")
+            object.__setattr__(self, name, float(v))  # the one cast
+        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise ValueError(
+                f"timeout_s must be > 0 and at most {MAX_TIMEOUT_S:g} seconds (24 h), "
+                f"got {self.timeout_s!r}"
+            )
+        if self.c < 0 or self.bonus < 0 or self.time_floor_s <= 0:
+            raise ValueError(
+                f"need c >= 0, bonus >= 0, time_floor_s > 0; got {self.c}, {self.bonus}, "
+                f"{self.time_floor_s}"
+            )
+        if self.method == "fixed-lambda" and not self.fixed_lambda > 0:
+            raise ValueError(
+                f"method fixed-lambda needs fixed_lambda > 0 (reward per second), "
+                f"got {self.fixed_lambda!r}"
+            )
+        if self.method != "fixed-lambda" and self.fixed_lambda != 0:
+            raise ValueError(
+                f"fixed_lambda {self.fixed_lambda!r} applies to method fixed-lambda only "
+                f"(method is {self.method})"
+            )
+
+    @property
+    def priced(self) -> bool:
+        """Whether the training reward charges time (RPG and fixed-lambda; not vanilla)."""
+        return self.method != "vanilla"
+
+    def ranking_rho(self, rho_hat: float) -> float | None:
+        """The price of time, reward per second, by which parents are ranked
+        (``r - price * delta``; None: by ``r``), given the current ``rho_hat``."""
+        rank = self.parent_rank
+        if rank == "arm":
+            rank = {"rpg": "rate", "vanilla": "raw", "fixed-lambda": "lambda"}[self.method]
+        return {"rate": rho_hat, "raw": None, "lambda": self.fixed_lambda}[rank]
 
 
 ENGINES = ("ppo", "trl")
@@ -568,137 +696,3 @@ def _build(cls: type, d: Any, prefix: str) -> Any:
         t = hints[k]
         kw[k] = _build(t, v, f"{prefix}{k}.") if isinstance(t, type) and is_dataclass(t) else v
     return cls(**kw)
-
-
-# ----------------------------------------------------------------------------------------------
-# Flags generated from the fields
-# ----------------------------------------------------------------------------------------------
-
-
-class FlagSpec(typing.NamedTuple):
-    """One generated flag: ``path`` (dotted field path), ``flag`` (``--name``), ``type`` (the
-    field's type without ``None``), ``help``, ``choices``, ``default``."""
-
-    path: str
-    flag: str
-    type: Any
-    help: str
-    choices: tuple[str, ...] | None
-    default: Any
-
-
-def _leaf_type(t: Any) -> Any:
-    args = [a for a in typing.get_args(t) if a is not type(None)]
-    return args[0] if args and typing.get_origin(t) in (typing.Union, type(int | None)) else t
-
-
-def config_flags(cls: type = LoopConfig, prefix: str = "") -> list[FlagSpec]:
-    """The flags of every leaf field of ``cls`` (nested dataclasses recursed), in field order.
-
-    Raises:
-        ValueError: two fields would get the same flag.
-    """
-    hints = typing.get_type_hints(cls)
-    out: list[FlagSpec] = []
-    for f in fields(cls):
-        t = hints[f.name]
-        if isinstance(t, type) and is_dataclass(t):
-            out.extend(config_flags(t, prefix + f.name + "."))
-            continue
-        if f.metadata.get("cli", True) is False:
-            continue
-        name = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not dataclasses.MISSING else None
-        out.append(
-            FlagSpec(
-                prefix + f.name,
-                name,
-                _leaf_type(t),
-                f.metadata.get("help", ""),
-                f.metadata.get("choices"),
-                default,
-            )
-        )
-    seen: dict[str, str] = {}
-    for s in out:
-        if s.flag in seen:
-            raise ValueError(f"fields {seen[s.flag]} and {s.path} both map to {s.flag}")
-        seen[s.flag] = s.path
-    return out
-
-
-def flag_names(cls: type = LoopConfig) -> dict[str, str]:
-    """``{dotted field path: flag}`` for every generated flag."""
-    return {s.path: s.flag for s in config_flags(cls)}
-
-
-def _dest(path: str) -> str:
-    return "cfg:" + path
-
-
-def add_flags(parser: argparse.ArgumentParser, cls: type = LoopConfig) -> None:
-    """Add one flag per leaf field of ``cls`` to ``parser`` (absent flags leave no value)."""
-    group = parser.add_argument_group("run settings (defaults: the preset's values)")
-    for s in config_flags(cls):
-        kw: dict[str, Any] = dict(dest=_dest(s.path), default=argparse.SUPPRESS, help=s.help)
-        if s.type is bool:
-            kw["action"] = argparse.BooleanOptionalAction
-        else:
-            kw["type"] = s.type
-            kw["metavar"] = s.path.rsplit(".", 1)[-1].upper()
-            if s.choices:
-                kw["choices"] = s.choices
-        group.add_argument(s.flag, **kw)
-
-
-def given_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """``{dotted field path: value}`` of the config flags present in ``args``."""
-    return {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg:")}
-
-
-def with_path(cfg: Any, path: str, value: Any) -> Any:
-    """``cfg`` with the (possibly nested) field ``path`` (``"sampling.top_k"``) replaced."""
-    head, _, rest = path.partition(".")
-    if not rest:
-        return replace(cfg, **{head: value})
-    return replace(cfg, **{head: with_path(getattr(cfg, head), rest, value)})
-
-
-def named_errors(message: str, cls: type = LoopConfig) -> str:
-    """``message`` with each field name it mentions replaced by its flag (``timeout_s`` ->
-    ``--timeout``, ``PPOConfig.clip_ratio`` -> ``--clip-ratio``)."""
-    by_leaf: dict[str, str] = {}
-    for s in config_flags(cls):
-        by_leaf.setdefault(s.path.rsplit(".", 1)[-1], s.flag)
-    names = sorted(by_leaf, key=len, reverse=True)
-    pattern = re.compile(r"(?<![\w-])(?:\w+Config\.)?(" + "|".join(names) + r")(?![\w-])")
-    return pattern.sub(lambda m: by_leaf[m.group(1)], message)
-
-
-def apply_flags(cfg: LoopConfig, values: dict[str, Any]) -> LoopConfig:
-    """``cfg`` with the given ``{dotted path: value}`` replaced, every value checked once.
-
-    Raises:
-        ValueError: a bad value; the message names the flag.
-    """
-    try:
-        return _with_paths(cfg, values)
-    except ValueError as err:
-        raise ValueError(named_errors(str(err))) from None
-
-
-def _with_paths(cfg: Any, values: dict[str, Any]) -> Any:
-    """``cfg`` with every ``{dotted path: value}`` replaced in one ``replace`` per dataclass, so
-    that checks across fields (``--method fixed-lambda --fixed-lambda 0.01``, ``--batch-size``
-    and ``--num-generations``) see all the new values together, whatever their order."""
-    leaves: dict[str, Any] = {}
-    nested: dict[str, dict[str, Any]] = {}
-    for path, value in values.items():
-        head, _, rest = path.partition(".")
-        if rest:
-            nested.setdefault(head, {})[rest] = value
-        else:
-            leaves[head] = value
-    for head, sub in nested.items():
-        leaves[head] = _with_paths(getattr(cfg, head), sub)
-    return replace(cfg, **leaves) if leaves else cfg

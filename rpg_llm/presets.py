@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rpg_llm.config import LoopConfig
+from rpg_llm.learner.models import resolve_model
 
 __all__ = ["Preset", "PRESETS", "DEFAULT_PRESET", "BASE", "get_preset", "missing_resources"]
 
@@ -212,8 +213,6 @@ def missing_resources(preset: Preset, model: str, data_root: str | None) -> list
         if not folder or not Path(folder).is_dir():
             where = f" ({folder} does not exist)" if folder else ""
             missing.append(f"the data folder{where}: {preset.data_hint}")
-    from rpg_llm.learner.policy import resolve_model
-
     try:
         resolve_model(model, allow_download=True)
     except ValueError:

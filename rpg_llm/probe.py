@@ -32,7 +32,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from accelerate import Accelerator
+from safetensors.torch import load_model
+
 from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli
+from rpg_llm.config import LoopConfig
+from rpg_llm.env.actions import editable_constants
+from rpg_llm.learner.policy import load_policy
+from rpg_llm.learner.ppo import PPOTrainer
+from rpg_llm.loop.backends import Backends, default_backends
+from rpg_llm.loop.dist import Dist
+from rpg_llm.loop.execution import execute_rows
+from rpg_llm.loop.pipeline import Answers
+from rpg_llm.loop.rollout import generate_rollout, parent_prompts
+from rpg_llm.loop.runfolder import RunFolder
 
 __all__ = [
     "PROG", "ProbeSummary", "fixed_parents", "summarise", "changed_outcomes", "probe", "main"
@@ -86,8 +100,6 @@ def fixed_parents(seeds: Sequence[Any], k: int, action: str) -> list[Any]:
     Raises:
         ValueError: ``k < 1`` or fewer than ``k`` candidates (the message gives both counts).
     """
-    from rpg_llm.env.actions import editable_constants
-
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     pool = [s for s in seeds if s.status == "ok"]
@@ -154,7 +166,7 @@ def probe(
     answers: int = 4,
     parents: int = 4,
     seed: int = 0,
-    backends: Any = None,
+    backends: Backends | None = None,
 ) -> list[ProbeSummary]:
     """Probe a finished (or stopped) run; returns ``[sft summary, trained summary]``.
 
@@ -170,19 +182,6 @@ def probe(
     Raises:
         ValueError: not a run folder, no checkpoint, too few seeds.
     """
-    import torch
-    from accelerate import Accelerator
-    from safetensors.torch import load_model
-
-    from rpg_llm.config import LoopConfig
-    from rpg_llm.learner.policy import load_policy
-    from rpg_llm.learner.ppo import PPOTrainer
-    from rpg_llm.loop.backends import default_backends
-    from rpg_llm.loop.dist import Dist
-    from rpg_llm.loop.execution import execute_rollout
-    from rpg_llm.loop.rollout import generate_rollout, parent_prompts
-    from rpg_llm.loop.runfolder import RunFolder
-
     folder = RunFolder(run_dir)
     if not folder.root.is_dir():
         what = "is not a folder" if folder.root.exists() else "does not exist"
@@ -221,13 +220,15 @@ def probe(
             PROBE_STEP, prompts, [p.id for p in rows], policy, model, cfg.sampling, seed, dist,
             cfg.cpu_threads, [p.code for p in rows],
         )  # fmt: skip
-        samples, _ = execute_rollout(rollout, cfg, task, backends, sandbox, executor)
+        answers = Answers.of_rollout(rollout)
+        actions = answers.actions(cfg.action)
+        samples, _ = execute_rows(answers, actions, cfg, task, backends, sandbox, executor)
         return samples
 
     try:
         sft = answers_of(policy.model)
         if cfg.engine == "trl":
-            from rpg_llm.engines.trl import trained_model
+            from rpg_llm.engines.trl import trained_model  # TRL is an optional extra
 
             model, step = trained_model(policy.model, folder.root, step)  # LoRA: in place
         else:

@@ -19,9 +19,9 @@ __all__ = ["tiny_edit_config", "bbc_backends"]
 
 def tiny_edit_config(model_dir: Path | str, **changes: Any) -> Any:
     """The shared tiny edit-format LoopConfig, with ``changes`` applied."""
+    from rpg_llm.config import RewardConfig
     from rpg_llm.learner.ppo import PPOConfig
     from rpg_llm.loop import LoopConfig, SamplingConfig
-    from rpg_llm.loop.rewards import RewardConfig
 
     base = LoopConfig(
         task="text",

@@ -41,47 +41,52 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+import torch
+import trl
+from accelerate import PartialState
+from peft import LoraConfig, PeftModel
+from transformers import AutoModelForCausalLM, TrainerCallback
+from transformers.trainer_callback import PrinterCallback
 from trl.trainer.grpo_config import GRPOConfig
 from trl.trainer.grpo_trainer import GRPOTrainer
 
 from rpg_llm.config import LoopConfig
-from rpg_llm.env.sandbox.workdir import remove_stale_workdirs
-from rpg_llm.loop.accounting import INFRA, Accounts, RateTracker, check_task_rewards
-from rpg_llm.loop.backends import Backends, default_backends
-from rpg_llm.loop.budget import budget_spent
-from rpg_llm.loop.buffer import Sample
+from rpg_llm.learner.policy import load_policy
+from rpg_llm.loop.accounting import INFRA
+from rpg_llm.loop.backends import Backends
 from rpg_llm.loop.dist import Dist
-from rpg_llm.loop.execution import execute_rollout, rollout_actions
-from rpg_llm.loop.recording import Console, Recorder, StepRecord, step_record
-from rpg_llm.loop.rollout import Rollout, make_prompts
+from rpg_llm.loop.pipeline import SEED_STEP, Answers, Executed, Prompts, RunEnv
+from rpg_llm.loop.recording import StepRecord
 from rpg_llm.loop.runfolder import RunFolder
-from rpg_llm.loop.setup import create_folder, open_buffer, rebuild, seed_buffer
+from rpg_llm.loop.warm_start import WarmStart
 
 __all__ = [
     "SEED_STEP",
+    "TRL_TESTED",
     "RPGRun",
     "RelativeReward",
     "BufferPrompts",
     "RPGGRPOTrainer",
+    "check_trl_version",
     "grpo_config",
     "train_trl",
     "trained_model",
-    "trl_done_steps",
     "completion_text",
     "prompt_text",
 ]
 
 log = logging.getLogger("rpg_llm.loop")
 
-SEED_STEP = 0
+TRL_TESTED = "1.16"
+"""The TRL release (major.minor) whose private ``GRPOTrainer._generate_and_score_completions``
+:class:`RPGGRPOTrainer` overrides; :func:`check_trl_version` refuses another."""
 
 
 def completion_text(completion: Any) -> str:
@@ -113,15 +118,14 @@ def prompt_text(prompt: Any) -> str:
 
 
 def _dist(cfg: LoopConfig) -> Dist:
-    import torch
-    from accelerate import PartialState
-
     on_cpu = cfg.device == "cpu" or not torch.cuda.is_available()
     return Dist(PartialState(cpu=on_cpu))
 
 
 class RPGRun:
-    """The environment side of one RPG run for an outside engine (module docstring).
+    """The environment side of one RPG run for an outside engine (module docstring): a
+    :class:`rpg_llm.loop.pipeline.RunEnv` (run folder, task, sandbox, buffer, rate accounts)
+    whose stages the reward call drives.
 
     Makes (or, with ``resume``, reopens) the run folder ``run_dir``, stores the task's baseline
     solutions as step 0 (once), and replays the estimator and best score over the stored steps.
@@ -139,9 +143,11 @@ class RPGRun:
             the process there).
 
     Attributes:
+        env: the :class:`rpg_llm.loop.pipeline.RunEnv`.
         reward: the TRL reward function (:class:`RelativeReward`).
         next_step: the step the next reward call scores (largest stored step + 1).
         records: the :class:`rpg_llm.loop.recording.StepRecord` of each scored step.
+        stop: why the run ends after the last scored step (``"steps"``, ``"budget"``; None).
 
     Raises:
         ValueError: a folder that already holds a run (without ``resume``), a missing task,
@@ -160,50 +166,20 @@ class RPGRun:
         dist: Dist | None = None,
         on_stage: Callable[[int, str], None] | None = None,
     ) -> None:
-        self.cfg, self.backends = cfg, backends or default_backends(cfg)
-        self.dist = d = dist or _dist(cfg)
-        if cfg.batch_size % d.world:
-            msg = f"batch_size {cfg.batch_size} must be a multiple of the {d.world} processes"
-            raise ValueError(msg)
-        self.folder = RunFolder(Path(run_dir))
-        self.task = self.backends.load_task(cfg.task, cfg.data_root)
-        check_task_rewards(cfg.reward, self.task.own_rewards())  # before the folder is created
-        if resume:
-            self.folder.load_config()
-            self.folder.check_resumable()
-        else:
-            create_folder(self.folder, cfg, self.task.id, d)
-        self.recorder = Recorder(self.folder, d.main, d.rank)
-        self.buffer = open_buffer(self.backends.buffer_cls, self.folder, cfg, d)
-        self.sandbox = self.backends.make_sandbox(cfg.sandbox)
-        limits = getattr(self.sandbox, "limits", None)
-        if d.main and limits is not None:
-            remove_stale_workdirs(limits.workdir_root)
-        self.executor = self.backends.make_executor(cfg.executor, cfg.workers)
-        slots = cfg.num_slots or min(128, cfg.batch_size)
-        rates = RateTracker(self.backends.estimator, slots, cfg.seed, cfg.estimator_batches)
-        self.accounts = Accounts(rates, cfg.reward, self.task.own_rewards())
-        env = (self.task, self.backends, self.sandbox, self.executor)
-        seed_buffer(cfg, *env, self.buffer, d, SEED_STEP)
-        done = max(0, d.on_main(self.buffer.max_step, cfg.name))
-        rebuild(self.accounts, self.step_samples, SEED_STEP, done + 1, cfg.batch_size)
-        self.recorder.reset_samples(self.step_samples(SEED_STEP), done)
+        self.cfg = cfg
+        d = dist or _dist(cfg)
+        self.env = env = RunEnv(
+            cfg, Path(run_dir), dist=d, backends=backends, resume=resume, on_stage=on_stage
+        )
+        env.seed()
+        done = max(0, d.on_main(env.buffer.max_step, cfg.name))
+        env.rebuild(done + 1)
+        env.start(done + 1, progress)
         self.next_step = done + 1
         self.records: list[StepRecord] = []
-        self.budget_spent = False
-        self.console = Console(cfg, done + 1, d.main, progress)
+        self.stop: str | None = None
         self.reward = RelativeReward(self)
         self._generation_started: float | None = None
-        self.on_stage = on_stage or (lambda step, stage: None)
-
-    @property
-    def description(self) -> str:
-        """The task description the prompts show (``""`` with ``describe=False``)."""
-        return self.task.description if self.cfg.describe else ""
-
-    def step_samples(self, step: int) -> list[Sample]:
-        """The stored samples of ``step`` of this run, in row order."""
-        return self.buffer.step_samples(self.cfg.name, step)
 
     def generation_started(self) -> None:
         """Mark the start of a step's generation (its ``gen_seconds`` end at the reward call)."""
@@ -217,7 +193,8 @@ class RPGRun:
         parent_ids: Sequence[int | None],
         parent_codes: Sequence[str | None],
     ) -> list[float | None]:
-        """Execute, grade, store and reward this process's share of one step (collective).
+        """Execute, grade, store and reward this process's share of one step (collective):
+        :class:`rpg_llm.loop.pipeline.RunEnv`'s stages on every process's answers together.
 
         Args:
             prompts, completions: this process's ``n = B / processes`` prompts and answers (TRL
@@ -232,99 +209,49 @@ class RPGRun:
         Raises:
             ValueError: the step has not ``cfg.batch_size`` answers on all processes together.
         """
-        cfg, d, step, n = self.cfg, self.dist, self.next_step, len(completions)
+        cfg, env, step, n = self.cfg, self.env, self.next_step, len(completions)
+        d = env.dist
         t0 = time.perf_counter()
         started = self._generation_started
-        gen_s = t0 - started if started is not None else math.nan
         tokens = [len(ids) for ids in completion_ids] if completion_ids is not None else [0] * n
-        rollout = Rollout(
+        answers = Answers(
             step=step,
+            rows=[d.rank * n + k for k in range(n)],
             prompts=[prompt_text(p) for p in prompts],
             parent_ids=list(parent_ids),
-            query_ids=[[] for _ in range(n)],
-            response_ids=[[] for _ in range(n)],
-            texts=[completion_text(c) for c in completions],
-            gen_seconds=gen_s,
-            gen_tokens=sum(tokens),
-            capped=sum(t >= cfg.sampling.max_new_tokens for t in tokens),
             parent_codes=list(parent_codes),
+            texts=[completion_text(c) for c in completions],
+            tokens=tokens,
+            gen_seconds=t0 - started if started is not None else math.nan,
+            capped=sum(t >= cfg.sampling.max_new_tokens for t in tokens),
         )
-        env = (cfg, self.task, self.backends, self.sandbox, self.executor)
-        local, exec_s = execute_rollout(rollout, *env)
-        local = [replace(s, row=s.row + d.rank * n) for s in local]
-        actions = rollout_actions(rollout, cfg.action)
-        kinds = [a.kind for a in actions]
-        changed = sum(a.kind == "edit" and bool(a.changed) for a in actions)
-        part = (local, exec_s, tokens, rollout.capped, kinds, changed, gen_s)
-        parts = d.gather(part)
-        fresh = [s for p in parts for s in p[0]]
-        if len(fresh) != cfg.batch_size:
+        executed = Executed.merge(d.gather(env.execute(answers)))
+        if len(executed.samples) != cfg.batch_size:
             raise ValueError(
-                f"step {step} has {len(fresh)} answers but batch_size is {cfg.batch_size}: "
-                "per_device_train_batch_size x processes x steps_per_generation must equal B"
+                f"step {step} has {len(executed.samples)} answers but batch_size is "
+                f"{cfg.batch_size}: per_device_train_batch_size x processes x "
+                "steps_per_generation must equal B"
             )
-        samples = d.on_main(self._store, step, fresh)
-        self.on_stage(step, "stored")
-        rho_parents = self.accounts.rho_hat
-        rho = self.accounts.fit_rho(step, samples)
-        sr = self.accounts.relative_rewards(samples, rho)
-        log.info("step %d: rho_hat %r on process %d", step, rho, d.rank)  # every process's log
-        all_tokens = [t for p in parts for t in p[2]]
-        self.recorder.write_samples(samples, sr.rewards, all_tokens)
-        summary = Rollout(
-            step, [], [], [], [], [], max(p[6] for p in parts), sum(all_tokens),
-            sum(p[3] for p in parts),
-        )  # fmt: skip
-        exec_all = max(p[1] for p in parts)
-        best = self.accounts.best_generated
+        samples = env.store(step, executed.samples)
+        scored = env.score(step, samples, executed.tokens)
+        log.info("step %d: rho_hat %r on process %d", step, scored.rewards.rho_hat, d.rank)
+        self.stop = env.stop_after(step)
         # TRL updates the policy after this reward call: no update time in the record (NaN)
-        rec = step_record(
-            step, samples, sr, rho_parents, summary, exec_all, math.nan, {}, False, best
-        )
-        all_kinds = [k for p in parts for k in p[4]]
-        rec.answers = {
-            "edit": all_kinds.count("edit"),
-            "changed": sum(p[5] for p in parts),
-            "script": all_kinds.count("script"),
-            "invalid": all_kinds.count("invalid"),
-        }
-        self.records.append(self.recorder.record(rec, t0))
-        self.console.step_done(rec)
-        self.budget_spent = self._budget_spent(step)
+        self.records.append(env.record(scored, executed, t0=t0))
         self.next_step += 1
         self._generation_started = None
         mine = slice(d.rank * n, (d.rank + 1) * n)
         return [
             None if s.status == INFRA else float(r)
-            for s, r in zip(samples[mine], sr.rewards[mine], strict=True)
+            for s, r in zip(samples[mine], scored.rewards.rewards[mine], strict=True)
         ]
-
-    def _store(self, step: int, fresh: list[Sample]) -> list[Sample]:
-        """Main process: store the step's samples in one transaction; the stored ones (ids)."""
-        stored = self.step_samples(step)
-        if stored:
-            raise RuntimeError(f"buffer already holds step {step} ({len(stored)} samples)")
-        self.buffer.add_many(fresh)
-        return self.step_samples(step)
-
-    def _budget_spent(self, step: int) -> bool:
-        budget = self.cfg.exec_budget_s
-        if budget is None:
-            return False
-        totals = self.dist.on_main(self.buffer.exec_seconds_by_row, self.cfg.name, step)
-        return budget_spent(totals, self.cfg.batch_size, float(budget))
 
     def callbacks(self) -> list[TrainerCallback]:
         """TRL callbacks: stop once every chain has spent ``cfg.exec_budget_s``."""
         return [_BudgetStop(self)]
 
     def close(self) -> None:
-        self.console.close()
-        for resource in (self.executor, self.buffer):
-            close = getattr(resource, "shutdown", None) or getattr(resource, "close", None)
-            if close is not None:
-                close()
-        self.recorder.close()
+        self.env.close()
 
 
 class RelativeReward:
@@ -380,29 +307,23 @@ class BufferPrompts:
             raise ValueError(f"num_generations {num_generations} must divide batch_size {b}")
         self.run, self.tokenizer, self.per_step = run, tokenizer, b // num_generations
 
-    def parents(self) -> tuple[list[str], list[int | None], list[str | None]]:
-        """The current ``P`` prompts, parent ids and parent scripts (read from the buffer)."""
-        run, c = self.run, self.run.cfg
-        rho = c.reward.ranking_rho(run.accounts.rho_hat)
-        empty = not run.buffer.top(1, rho, run=c.name)
-        seeds = run.backends.baseline_solutions(run.task.id) if empty else None
-        budget = c.sampling.max_prompt_tokens
-        return make_prompts(
-            run.buffer, c.name, self.per_step, rho, run.description, c.timeout_s, budget,
-            self.tokenizer, action=c.action, baselines=seeds,
-        )  # fmt: skip
+    def parents(self) -> Prompts:
+        """The current ``P`` prompts and their parents (read from the buffer; main process)."""
+        return self.run.env.prompts(self.per_step, self.tokenizer)
 
     def rows(self) -> list[dict[str, Any]]:
         """One step's ``P`` dataset rows, built now."""
-        prompts, ids, codes = self.parents()
+        p = self.parents()
         return [
             {
-                "prompt": [{"role": "user", "content": p}],
+                "prompt": [{"role": "user", "content": text}],
                 "slot": k,
                 "parent_id": -1 if i is None else int(i),
                 "parent_code": c or "",
             }
-            for k, (p, i, c) in enumerate(zip(prompts, ids, codes, strict=True))
+            for k, (text, i, c) in enumerate(
+                zip(p.prompts, p.parent_ids, p.parent_codes, strict=True)
+            )
         ]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -421,7 +342,7 @@ class BufferPrompts:
     def refresh(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``inputs`` (this process's rows of a step, by ``slot``) with prompts and parents
         rebuilt from the buffer now, on the main process (collective)."""
-        rows = self.run.dist.on_main(self.rows)
+        rows = self.run.env.dist.on_main(self.rows)
         self.run.generation_started()
         return [{**x, **rows[int(x["slot"])]} for x in inputs]
 
@@ -433,17 +354,49 @@ def _source_rows(key: int) -> Iterator[dict[str, Any]]:
     yield from _SOURCES[key]
 
 
+def check_trl_version(version: str | None = None) -> None:
+    """Refuse a TRL other than :data:`TRL_TESTED` before :class:`RPGGRPOTrainer` is built.
+
+    The one place this engine depends on TRL's internals is :class:`RPGGRPOTrainer`'s override
+    of the private ``GRPOTrainer._generate_and_score_completions(inputs)`` (TRL has no public
+    hook between its data loader, which reads one batch ahead, and generation); another TRL may
+    have renamed it or changed what it receives, which would fail silently or deep inside.
+
+    Args:
+        version: the TRL version to check (default: the installed one).
+
+    Raises:
+        RuntimeError: naming the version found, the tested one and what to do.
+    """
+    found = version if version is not None else trl.__version__
+    if ".".join(found.split(".")[:2]) != TRL_TESTED or not hasattr(
+        GRPOTrainer, "_generate_and_score_completions"
+    ):
+        raise RuntimeError(
+            f"rpg_llm.engines.trl is written against TRL {TRL_TESTED}.x (it overrides "
+            f"GRPOTrainer._generate_and_score_completions); TRL {found} is installed: "
+            "pip install trl==1.16.0, or use a plain GRPOTrainer (parents one step older)"
+        )
+
+
 class RPGGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose prompts are rebuilt from the buffer right before each generation
     (:meth:`BufferPrompts.refresh`), so that the parents of step ``n`` are chosen after step
     ``n - 1`` is stored (Algorithm 1), not one step earlier (module docstring).
 
+    The override of the private ``_generate_and_score_completions`` is this engine's only tie
+    to TRL's internals; :func:`check_trl_version` guards it when the trainer is built.
+
     Args:
         prompt_source: the :class:`BufferPrompts` of ``train_dataset``; other arguments are
             ``GRPOTrainer``'s.
+
+    Raises:
+        RuntimeError: another TRL release than :data:`TRL_TESTED`.
     """
 
     def __init__(self, *args: Any, prompt_source: BufferPrompts, **kwargs: Any) -> None:
+        check_trl_version()
         super().__init__(*args, **kwargs)
         self.prompt_source = prompt_source
 
@@ -460,8 +413,10 @@ class _BudgetStop(TrainerCallback):
         self.run = run
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        if self.run.budget_spent:
-            self.run.console.budget_spent(self.run.next_step - 1)
+        console = self.run.env.console
+        if self.run.stop == "budget":
+            if console is not None:
+                console.budget_spent(self.run.next_step - 1)
             control.should_training_stop = True
         return control
 
@@ -478,8 +433,6 @@ def grpo_config(cfg: LoopConfig, output_dir: str | Path, world: int = 1, **overr
     Args:
         output_dir: TRL's folder (``<run folder>/trl``). overrides: other ``GRPOConfig`` fields.
     """
-    import torch
-
     on_cpu = cfg.device == "cpu" or not torch.cuda.is_available()
     t, s = cfg.trl, cfg.sampling
     local = cfg.batch_size // world
@@ -522,18 +475,12 @@ def grpo_config(cfg: LoopConfig, output_dir: str | Path, world: int = 1, **overr
 def _lora(cfg: LoopConfig) -> Any:
     if cfg.ppo.lora_rank == 0:
         return None
-    from peft import LoraConfig
 
     rank, alpha = cfg.ppo.lora_rank, cfg.ppo.lora_alpha
     alpha_arg: Any = alpha  # peft types it int; a float scales the same
     return LoraConfig(
         r=rank, lora_alpha=alpha_arg, target_modules="all-linear", task_type="CAUSAL_LM"
     )
-
-
-def trl_done_steps(run_dir: str | Path) -> int:
-    """TRL's last checkpointed global step in ``run_dir`` (0: none)."""
-    return RunFolder(Path(run_dir)).latest_trl_checkpoint()
 
 
 def trained_model(model: Any, run_dir: str | Path, step: int | None = None) -> tuple[Any, int]:
@@ -559,12 +506,9 @@ def trained_model(model: Any, run_dir: str | Path, step: int | None = None) -> t
         which = "checkpoint-N" if asked is None else f"checkpoint-{asked}"
         raise ValueError(f"{run_dir}: no TRL checkpoint {run.trl_dir.name}/{which} to load")
     if (folder / "adapter_config.json").exists():
-        from peft import PeftModel
-
         return PeftModel.from_pretrained(model, str(folder)), step
     if not any(folder.glob("model*.safetensors")):
         raise ValueError(f"{folder}: neither a LoRA adapter nor model weights")
-    from transformers import AutoModelForCausalLM
 
     full = AutoModelForCausalLM.from_pretrained(str(folder), dtype=model.dtype)
     full.generation_config = model.generation_config
@@ -589,49 +533,39 @@ def train_trl(
         ValueError: bad settings, a missing task or model, an existing run without ``resume``.
         RunFolderBusy: another process runs ``run_dir``.
     """
-    import os
-
-    from rpg_llm.learner.policy import load_policy
-    from rpg_llm.loop.warm_start import WarmStart
-
     main = int(os.environ.get("RANK", "0")) == 0
     lock = RunFolder(run_dir).lock() if main else None
     try:
         run = RPGRun(
             cfg, run_dir, resume=resume, backends=backends, progress=progress, on_stage=on_stage
         )
+        env = run.env
         try:
-            policy = load_policy(cfg.model, device=cfg.device or run.dist.acc.device)
+            policy = load_policy(cfg.model, device=cfg.device or env.dist.acc.device)
             if policy.device.type == "cpu" and cfg.cpu_threads:
-                import torch
-
                 torch.set_num_threads(cfg.cpu_threads)
-            seeds = lambda: run.backends.baseline_solutions(run.task.id)  # noqa: E731
-            d = run.dist
-            WarmStart(cfg, policy, run.folder, run.recorder, d, run.description, seeds).run(resume)
+            d = env.dist
+            WarmStart(cfg, policy, env.folder, env.recorder, d, env.description, env.baselines).run(
+                resume
+            )
             tok = policy.tokenizer
             tok.padding_side = "left"
             source = BufferPrompts(run, tok, cfg.trl.num_generations)
-            out = run.folder.trl_dir
             trainer = RPGGRPOTrainer(
                 model=policy.model,
                 reward_funcs=run.reward,
-                args=grpo_config(cfg, out, d.world),
+                args=grpo_config(cfg, env.folder.trl_dir, d.world),
                 train_dataset=source.dataset(),
                 processing_class=tok,
                 peft_config=_lora(cfg),
                 callbacks=run.callbacks(),
                 prompt_source=source,
             )
-            from transformers.trainer_callback import PrinterCallback
-
             trainer.remove_callback(PrinterCallback)  # the step lines say what happens
-            last = trl_done_steps(run_dir) if resume else 0
+            last = env.folder.latest_trl_checkpoint() if resume else 0
             if run.next_step - 1 > last:  # steps stored after TRL's last checkpoint
-                run.console.close()
-                planned = replace(cfg, steps=cfg.steps + run.next_step - 1 - last)
-                run.console = Console(planned, run.next_step, d.main, progress)
-            checkpoint = str(run.folder.trl_checkpoint_path(last)) if last else None
+                env.start(run.next_step, progress, cfg.steps + run.next_step - 1 - last)
+            checkpoint = str(env.folder.trl_checkpoint_path(last)) if last else None
             if last < cfg.steps:
                 with warnings.catch_warnings():
                     # transformers 5 deprecates the name TRL 1.16 calls; nothing for a user to do

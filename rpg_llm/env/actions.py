@@ -35,8 +35,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from rpg_llm.env.prompts import extract_code
-
 __all__ = [
     "ACTION_FORMATS",
     "ActionFormat",
@@ -52,6 +50,7 @@ __all__ = [
     "parse_edit",
     "apply_edit",
     "is_edit_block",
+    "extract_code",
     "parse_action",
     "editable_baselines",
     "format_value",
@@ -479,6 +478,29 @@ def editable_baselines(baselines: Sequence[tuple[str, str]]) -> list[tuple[str, 
         names = ", ".join(name for name, _ in baselines) or "none"
         raise ValueError(f"no baseline script with editable constants (baselines: {names})")
     return out
+
+
+_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def extract_code(response: str) -> str | None:
+    """The script in a model answer: the first fenced block tagged python (or py), else the first
+    fenced block of any tag; a block left open at the end of the answer (the response hit its
+    token cap) counts, up to the end. Returns None when there is no fenced block or it is empty.
+
+    Raises:
+        ValueError: ``response`` is not a string.
+    """
+    if not isinstance(response, str):
+        raise ValueError(f"response must be a string, got {type(response).__name__}")
+    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE_RE.finditer(response)]
+    blocks = [(tag, body) for tag, body in blocks if body.strip()]
+    if not blocks:
+        return None
+    for tag, body in blocks:
+        if tag in ("python", "py", "python3"):
+            return body.rstrip() + "\n"
+    return blocks[0][1].rstrip() + "\n"
 
 
 def parse_action(answer: str, action: str, parent_code: str | None = None) -> Action:

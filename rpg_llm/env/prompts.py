@@ -9,7 +9,8 @@ Two prompts (paper, section 5; DESIGN.md section 7):
 
 The parent's code is cut to the prompt budget by :func:`truncate_code`, which keeps imports,
 hyper-parameter assignments and the last statements and marks what it dropped. The answer's
-script is the fenced code block found by :func:`extract_code` (none: the sample is invalid).
+script is the fenced code block found by :func:`rpg_llm.env.actions.extract_code` (none: the
+sample is invalid).
 
 For the ``edit`` action format (:mod:`rpg_llm.env.actions`) one more prompt, :func:`edit_prompt`:
 the parent script, its outcome (score and time), and the list of its editable constants with
@@ -24,13 +25,14 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rpg_llm.env.actions import editable_constants, format_value
+
 __all__ = [
     "base_prompt",
     "improve_prompt",
     "edit_prompt",
     "BASELINE_OUTCOME",
     "truncate_code",
-    "extract_code",
     "OMITTED_MARK",
     "CONSTANTS_MARK",
 ]
@@ -192,8 +194,6 @@ def edit_prompt(
     Raises:
         ValueError: non-string inputs or a non-positive timeout.
     """
-    from rpg_llm.env.actions import editable_constants, format_value
-
     _check_text("description", description)
     _check_text("parent_code", parent_code)
     _check_text("outcome_text", outcome_text)
@@ -394,27 +394,3 @@ def truncate_code(code: str, max_tokens: int, count_tokens: Callable[[str], int]
     if dropped:
         out.append(OMITTED_MARK.format(n=dropped))
     return "\n".join(out)
-
-
-# ----------------------------------------------------------------------------------------------
-# Extraction
-# ----------------------------------------------------------------------------------------------
-
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-
-
-def extract_code(response: str) -> str | None:
-    """The script in a model answer: the first fenced block tagged python (or py), else the first
-    fenced block of any tag; a block left open at the end of the answer (the response hit its
-    token cap) counts, up to the end. Returns None when there is no fenced block or it is empty.
-    """
-    if not isinstance(response, str):
-        raise ValueError(f"response must be a string, got {type(response).__name__}")
-    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE_RE.finditer(response)]
-    blocks = [(tag, body) for tag, body in blocks if body.strip()]
-    if not blocks:
-        return None
-    for tag, body in blocks:
-        if tag in ("python", "py", "python3"):
-            return body.rstrip() + "\n"
-    return blocks[0][1].rstrip() + "\n"

@@ -428,7 +428,8 @@ def sft_warm_start(
     Raises:
         ValueError: ``steps < 0``, ``batch_size < 1``, ``lr <= 0`` or no / malformed examples.
     """
-    from rpg_llm.learner.ppo import _update_mode, release_host_memory
+    from rpg_llm.learner.forward import update_mode
+    from rpg_llm.learner.memory import release_host_memory
 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an int >= 0, got {steps!r}")
@@ -452,7 +453,7 @@ def sft_warm_start(
     if cpu_threads is not None and policy.device.type == "cpu":
         torch.set_num_threads(cpu_threads)
     try:
-        with _update_mode(model):
+        with update_mode(model):
             for step in range(1, steps + 1):
                 picked = []
                 while len(picked) < batch_size:

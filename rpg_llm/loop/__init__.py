@@ -4,10 +4,12 @@ Owns the durable state of a run and the stages that string the environment and t
 together: ``buffer`` (every sample, SQLite), ``runfolder`` (the run folder, its lock, resume
 records), ``estimator`` (the NIW reward-rate estimator, torch backend), ``accounting`` (the rate
 tracker: slot sums, refits of ``rho_hat``, relative rewards), ``rewards`` (the reward formulas),
-``budget`` (execution budgets and budget curves), and one module per stage of a step:
-``rollout`` (parents, prompts, generation), ``execution`` (scripts -> stored samples), ``update``
-(PPO), ``recording`` (metrics, TensorBoard, checkpoints); ``dist`` (several processes),
-``backends`` (the injectable environment) and ``trainer`` (:class:`Trainer`, :func:`train`).
+``budget`` (execution budgets, the stop rule and budget curves), ``pipeline`` (:class:`RunEnv`:
+the environment side of a run and the stages after generation, shared by both engines), one
+module per stage: ``rollout`` (parents, prompts, generation), ``execution`` (scripts ->
+samples), ``update`` (PPO), ``recording`` (metrics, TensorBoard, checkpoints); ``dist`` (several
+processes), ``backends`` (the injectable environment), ``setup`` and ``warm_start`` (the PPO
+learner) and ``trainer`` (:class:`Trainer`, :func:`train`: the PPO engine).
 
 The names below are imported on first use, so ``rpg_llm.loop.buffer``, ``.runfolder``,
 ``.rewards`` and ``.budget`` can be read without torch (e.g. by ``paper_figures``).
@@ -27,7 +29,10 @@ _EXPORTS = {
     "default_backends": "rpg_llm.loop.backends",
     "StepRecord": "rpg_llm.loop.recording",
     "Rollout": "rpg_llm.loop.rollout",
-    "SEED_STEP": "rpg_llm.loop.trainer",
+    "RunEnv": "rpg_llm.loop.pipeline",
+    "Answers": "rpg_llm.loop.pipeline",
+    "Executed": "rpg_llm.loop.pipeline",
+    "SEED_STEP": "rpg_llm.loop.pipeline",
     "Trainer": "rpg_llm.loop.trainer",
     "train": "rpg_llm.loop.trainer",
 }

@@ -18,9 +18,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from rpg_llm.config import RewardConfig
 from rpg_llm.env.types import TaskRewards
 from rpg_llm.loop.buffer import Sample
-from rpg_llm.loop.rewards import RewardConfig, StepRewards, charged_time, step_rewards
+from rpg_llm.loop.rewards import StepRewards, charged_time, step_rewards
 from rpg_llm.loop.types import RateEstimator
 
 __all__ = [
@@ -138,9 +139,14 @@ class Accounts:
                 )
         return raw, rate, valid, delta
 
-    def _feed(self, step: int, samples: list[Sample], rate, valid, delta) -> float:
+    def _feed(
+        self,
+        step: int,
+        samples: list[Sample],
+        rate: np.ndarray,
+        times: np.ndarray,
+    ) -> float:
         keep = ~infra_mask(samples)
-        times = charged_time(valid, delta, self.cfg)
         rows = [s.row for s, k in zip(samples, keep, strict=True) if k]
         return self.rates.refit(step, rows, rate[keep], times[keep])
 
@@ -151,25 +157,19 @@ class Accounts:
         if not seeds:
             return
         raw, rate, valid, delta = self._arrays(seeds)
-        self._feed(step, seeds, rate, valid, delta)
+        self._feed(step, seeds, rate, charged_time(valid, delta, self.cfg))
         if valid.any():
             self.best = max(self.best, float(raw[valid].max()))
 
-    def fit_rho(self, step: int, samples: list[Sample]) -> float:
-        """Feed this step's samples into the slots and refit ``rho_hat`` on the slot sums
-        (Algorithm 1, line 9); returns it (1/s)."""
-        _, rate, valid, delta = self._arrays(samples)
-        return self._feed(step, samples, rate, valid, delta)
-
     def account(self, step: int, samples: list[Sample]) -> StepRewards:
-        """:meth:`fit_rho`, then :meth:`relative_rewards` at that ``rho_hat``."""
-        return self.relative_rewards(samples, self.fit_rho(step, samples))
-
-    def relative_rewards(self, samples: list[Sample], rho: float) -> StepRewards:
-        """This step's rewards (Algorithm 1, line 10): ``r - rho * delta`` in the RPG arm, the
-        raw reward in the vanilla arm, plus the improvement bonus on a new best."""
-        raw, _, valid, delta = self._arrays(samples)
-        sr = step_rewards(raw, valid, delta, rho, self.best, self.cfg)
+        """One step's accounting (Algorithm 1, lines 9-10): feed its samples into the slots,
+        refit ``rho_hat`` on the slot sums, then the rewards at that ``rho_hat``: ``r - rho_hat
+        * delta`` in the RPG arm, the raw reward in the vanilla arm, plus the improvement bonus
+        on a new best (:func:`rpg_llm.loop.rewards.step_rewards`)."""
+        raw, rate, valid, delta = self._arrays(samples)
+        times = charged_time(valid, delta, self.cfg)
+        rho = self._feed(step, samples, rate, times)
+        sr = step_rewards(raw, valid, delta, rho, self.best, self.cfg, times=times)
         self.best = sr.best
         if valid.any():
             self.best_generated = max(self.best_generated, float(raw[valid].max()))

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from rpg_llm.config import LoopConfig
 from rpg_llm.env import registry
-from rpg_llm.env.execute import Outcome
+from rpg_llm.env.outcome import Outcome
 from rpg_llm.env.sandbox import BatchExecutor, Sandbox
+from rpg_llm.env.tasks.seeds import seed_scripts
 from rpg_llm.env.types import Task
 from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.types import Buffer, RateEstimator
@@ -55,23 +56,18 @@ def _run_batch(
 
 
 def seed_solutions(cfg: LoopConfig | None) -> Callable[[str], list[tuple[str, str]]]:
-    """``comp_id -> [(name, code)]`` of step 0 for ``cfg``: the scripts of ``cfg.seed_dir`` when
-    set; for the speedrun the checkout's own ``train_gpt.py``; else the task's baselines
-    (``registry.baseline_solutions``: ``[]`` for a competition without baselines).
+    """``task_id -> [(name, code)]`` of step 0 for ``cfg``: the scripts of ``cfg.seed_dir`` when
+    set, else the task's starting scripts (``registry.starting_scripts``: its baselines, the
+    speedrun's checkout's ``train_gpt.py``; ``[]`` for a competition without baselines).
 
     The returned function raises ValueError when ``cfg.seed_dir`` is not a folder of valid
     ``.py`` scripts (``python -m rpg_llm.run`` checks it before the run folder is made).
     """
-    from rpg_llm.env import tasks
-
     seed_dir = getattr(cfg, "seed_dir", None) if cfg is not None else None
     if seed_dir is not None:  # read when the buffer is seeded (a resumed run never reads it)
-        return lambda _id: tasks.seed_scripts(Path(seed_dir))
+        return lambda _id: seed_scripts(Path(seed_dir))
     speedrun_dir = getattr(cfg, "speedrun_dir", None) if cfg is not None else None
-    if cfg is not None and cfg.task == registry.SPEEDRUN_ID and speedrun_dir is not None:
-        script = Path(speedrun_dir).expanduser() / "train_gpt.py"
-        return lambda _id: [("train_gpt", script.read_text())]
-    return registry.baseline_solutions
+    return partial(registry.starting_scripts, speedrun_dir=speedrun_dir)
 
 
 def _make_executor(kind: str, workers: int) -> BatchExecutor:

@@ -16,7 +16,7 @@ the task's target (``registry.loss_chains``). The plot lives in
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,7 +38,7 @@ __all__ = [
     "curve",
     "budget_spent",
     "steps_done",
-    "run_finished",
+    "stop_reason",
     "budget_grid",
     "curve_rows",
     "write_budget_csv",
@@ -123,7 +123,7 @@ def read_chains(run_dir: str | Path) -> list[Chain]:
     return chains
 
 
-def budget_spent(totals: dict[int, float], batch_size: int, budget_s: float) -> bool:
+def budget_spent(totals: Mapping[int, float], batch_size: int, budget_s: float) -> bool:
     """True when every chain (rows ``0 .. batch_size - 1``) has used at least ``budget_s``
     seconds of measured execution, ``totals`` being ``SampleBuffer.exec_seconds_by_row`` (a
     row absent from it has used 0 s): the execution-budget stopping rule of
@@ -140,29 +140,34 @@ def budget_spent(totals: dict[int, float], batch_size: int, budget_s: float) -> 
 
 
 def steps_done(folder: RunFolder, engine: str) -> int:
-    """The last training step a run folder holds: its last ``metrics.jsonl`` step or the step of
-    its last checkpoint, whichever is later (0 for none). A kill between a step's PPO checkpoint
-    and its metrics line leaves that step trained (the trainer resumes after the checkpoint); TRL
-    writes a step's metrics line before its checkpoint. ``engine``: ``"ppo"`` or ``"trl"``."""
-    done = max((int(m.get("step", 0)) for m in folder.read_metrics()), default=0)
-    return max(done, folder.trained_step(engine) or 0)
+    """The training steps a run folder holds (0 for none).
+
+    ``engine == "ppo"``: its last ``metrics.jsonl`` step or the step of its last checkpoint,
+    whichever is later (a kill between a step's checkpoint and its metrics line leaves that
+    step trained; the last step of a run is always checkpointed before its line).
+    ``engine == "trl"``: TRL's last checkpointed global step (TRL writes a step's metrics line
+    in the reward call, before the update, and numbers resumed steps after the stored ones, so
+    its metrics overcount); a folder without TRL's ``trl/`` folder (a run's kept record, its
+    checkpoints left out) falls back to its metrics."""
+    metrics = max((int(m.get("step", 0)) for m in folder.read_metrics()), default=0)
+    if engine == "trl" and folder.trl_dir.is_dir():
+        return folder.latest_trl_checkpoint()
+    return max(metrics, folder.trained_step(engine) or 0)
 
 
-def run_finished(folder: RunFolder, cfg: LoopConfig) -> bool:
-    """Whether the run in ``folder`` has nothing left to do under ``cfg``: :func:`steps_done`
-    reaches ``cfg.steps``, or, with ``cfg.exec_budget_s``, steps ``1 .. steps_done`` used every
-    chain's execution budget (:func:`budget_spent`: the run stopped on its budget).
+def stop_reason(cfg: LoopConfig, done: int, totals: Mapping[int, float]) -> str | None:
+    """Why a run with ``done`` training steps stops now, under ``cfg``: ``"budget"`` when
+    ``cfg.exec_budget_s`` is set and every chain (rows ``0 .. cfg.batch_size - 1``) has used
+    it over steps ``1 .. done`` (:func:`budget_spent`; ``totals`` as
+    ``SampleBuffer.exec_seconds_by_row`` gives them); else ``"steps"`` when ``done`` reaches
+    ``cfg.steps``; None while the run goes on.
 
-    ``cfg`` is the run's stored config (``LoopConfig.from_dict(folder.load_config())``) or the
-    settings a caller asks of the folder (``paper_figures.llm_table`` asks for its steps)."""
-    done = steps_done(folder, cfg.engine)
-    if done >= cfg.steps:
-        return True
-    if cfg.exec_budget_s is None or done < 1 or not folder.buffer_path.exists():
-        return False
-    with SampleBuffer(folder.buffer_path, capacity=1) as buf:
-        totals = buf.exec_seconds_by_row(None, done)  # every run of the folder, as read_chains
-    return budget_spent(totals, cfg.batch_size, float(cfg.exec_budget_s))
+    This is the one rule of a run's end: the PPO loop and the TRL engine ask it after every
+    step, :func:`rpg_llm.launch.status` asks it of a folder (``--resume``, the table)."""
+    budget = cfg.exec_budget_s
+    if budget is not None and done >= 1 and budget_spent(totals, cfg.batch_size, float(budget)):
+        return "budget"
+    return "steps" if done >= cfg.steps else None
 
 
 def curve(chains: Sequence[Chain], budgets: np.ndarray) -> dict[str, np.ndarray]:

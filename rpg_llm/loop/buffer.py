@@ -22,6 +22,10 @@ from dataclasses import astuple, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from rpg_llm.loop.rewards import relative_reward
+
 SAMPLE_STATUSES = ("ok", "timeout", "oom", "error", "invalid", "infra")
 
 _SCHEMA = """
@@ -229,7 +233,8 @@ class SampleBuffer:
     ) -> list[Sample]:
         """The ``k`` parents for the next prompts.
 
-        Ranks the active set by ``raw_reward - rho * exec_time`` (``rho=None``: ``raw_reward``),
+        Ranks the active set by ``raw_reward - rho * exec_time`` (``rho=None``: ``raw_reward``;
+        :func:`rpg_llm.loop.rewards.relative_reward`, the formula the RPG arm trains on),
         highest first, ties broken by smaller id (older sample first).  When the active set holds
         fewer than ``k`` samples the ranking repeats cyclically to length ``k``; an empty buffer
         gives ``[]``.  ``eligible`` (optional) keeps only the active samples it accepts (e.g.
@@ -248,7 +253,10 @@ class SampleBuffer:
         if eligible is not None:
             pool = [s for s in pool if eligible(s)] or pool
         r = 0.0 if rho is None else float(rho)
-        ranked = sorted(pool, key=lambda s: (-(s.raw_reward - r * s.exec_time), s.id))
+        raw = np.array([s.raw_reward for s in pool], dtype=np.float64)
+        keys = relative_reward(raw, np.array([s.exec_time for s in pool]), r)
+        order = sorted(range(len(pool)), key=lambda i: (-keys[i], pool[i].id))
+        ranked = [pool[i] for i in order]
         return [ranked[i % len(ranked)] for i in range(k)]
 
     def get(self, sample_id: int) -> Sample:
@@ -356,6 +364,28 @@ def read_samples(path: Path) -> list[Sample]:
     Raises:
         ValueError: ``path`` is missing or is not a readable sample buffer (the message names it).
     """
+    rows = _read_only(path, f"SELECT id, {', '.join(_COLUMNS)} FROM samples ORDER BY id", ())
+    return [SampleBuffer._sample(r) for r in rows]
+
+
+def read_exec_seconds_by_row(path: Path, max_step: int) -> dict[int, float]:
+    """:meth:`SampleBuffer.exec_seconds_by_row` of every run in the buffer file ``path``, read
+    as :func:`read_samples` reads (nothing written): ``{row: seconds}`` over steps
+    ``1 .. max_step``, ``infra`` samples left out.
+
+    Raises:
+        ValueError: as :func:`read_samples`.
+    """
+    sql = (
+        "SELECT row, SUM(exec_time) FROM samples WHERE step BETWEEN 1 AND ? "
+        "AND status != 'infra' GROUP BY row"
+    )
+    return {int(r): float(t) for r, t in _read_only(path, sql, (int(max_step),))}
+
+
+def _read_only(path: Path, sql: str, params: Sequence[Any]) -> list[tuple]:
+    """The rows of ``sql`` on the buffer file ``path``, opened read-only (immutable when no
+    write-ahead log with content lies beside it)."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: no sample buffer there")
@@ -365,8 +395,7 @@ def read_samples(path: Path) -> list[Sample]:
     try:
         con = sqlite3.connect(uri, uri=True)
         try:
-            rows = con.execute(f"SELECT id, {', '.join(_COLUMNS)} FROM samples ORDER BY id")
-            return [SampleBuffer._sample(r) for r in rows.fetchall()]
+            return con.execute(sql, params).fetchall()
         finally:
             con.close()
     except sqlite3.DatabaseError as exc:

@@ -12,19 +12,21 @@ transaction. :func:`make_sample` is the one place a buffer sample is built.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rpg_llm.config import LoopConfig
 from rpg_llm.env.actions import NO_BLOCK_TEXT, Action, parse_action
-from rpg_llm.env.execute import Outcome
+from rpg_llm.env.outcome import Outcome
 from rpg_llm.env.sandbox import BatchExecutor, Sandbox
 from rpg_llm.env.types import Task
 from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.rewards import INVALID_REWARD
-from rpg_llm.loop.rollout import Rollout, prompt_hash
+from rpg_llm.loop.rollout import prompt_hash
 
 if TYPE_CHECKING:  # pragma: no cover
     from rpg_llm.loop.backends import Backends
+    from rpg_llm.loop.pipeline import Answers
 
 __all__ = [
     "NO_CODE_TEXT",
@@ -32,7 +34,8 @@ __all__ = [
     "sample_status",
     "outcome_time",
     "rollout_actions",
-    "execute_rollout",
+    "execute_rows",
+    "execute_seeds",
 ]
 
 NO_CODE_TEXT = NO_BLOCK_TEXT
@@ -80,7 +83,7 @@ def make_sample(
     """One buffer sample; ``outcome=None``: a response without a script (invalid, time 0),
     whose outcome text is ``invalid_text`` (the action's reason).
 
-    ``raw_reward``: :attr:`rpg_llm.loop.rewards.RewardConfig.raw_reward`; with
+    ``raw_reward``: :attr:`rpg_llm.config.RewardConfig.raw_reward`; with
     ``"percentile"`` a valid sample's raw reward is its outcome's leaderboard percentile.
 
     Raises:
@@ -117,21 +120,23 @@ def make_sample(
     )
 
 
-def execute_rollout(
-    rollout: Rollout,
+def execute_rows(
+    answers: Answers,
+    actions: Sequence[Action],
     cfg: LoopConfig,
     comp: Task,
     backends: Backends,
     sandbox: Sandbox,
     executor: BatchExecutor | None,
 ) -> tuple[list[Sample], float]:
-    """Run and grade a rollout's scripts; returns (unsaved samples in row order, seconds).
+    """Run and grade the scripts of ``answers`` (their :class:`rpg_llm.env.actions.Action`
+    ``actions``); returns (unsaved samples in row order, seconds). An answer without a script
+    is an invalid sample that does not run.
 
     Args:
-        cfg: :class:`rpg_llm.config.LoopConfig`; comp: the competition; backends:
-            :class:`rpg_llm.loop.backends.Backends`.
+        answers: :class:`rpg_llm.loop.pipeline.Answers` (one step's rows, or a process's share);
+        cfg: the run's settings; comp: the task; backends: :class:`rpg_llm.loop.backends.Backends`.
     """
-    actions = rollout_actions(rollout, cfg.action)
     codes = [a.script for a in actions]
     runnable = [i for i, c in enumerate(codes) if c is not None]
     t0 = time.perf_counter()
@@ -139,42 +144,43 @@ def execute_rollout(
         [codes[i] for i in runnable], comp, sandbox, cfg.timeout_s, executor
     )
     seconds = time.perf_counter() - t0
-    by_row = dict(zip(runnable, outcomes, strict=True))
+    by_index = dict(zip(runnable, outcomes, strict=True))
     now = time.time()
     samples = [
         make_sample(
             backends.sample_cls,
             run=cfg.name,
-            step=rollout.step,
+            step=answers.step,
             row=row,
             task=comp.id,
-            parent_id=rollout.parent_ids[row],
-            prompt=rollout.prompts[row],
-            code=code if row in by_row and (code := codes[row]) is not None else text,
-            outcome=by_row.get(row),
+            parent_id=answers.parent_ids[i],
+            prompt=answers.prompts[i],
+            code=code if i in by_index and (code := codes[i]) is not None else text,
+            outcome=by_index.get(i),
             time_measure=cfg.reward.time_measure,
             now=now,
             raw_reward=cfg.reward.raw_reward,
-            invalid_text=actions[row].outcome_text or NO_CODE_TEXT,
+            invalid_text=actions[i].outcome_text or NO_CODE_TEXT,
         )
-        for row, text in enumerate(rollout.texts)
+        for i, (row, text) in enumerate(zip(answers.rows, answers.texts, strict=True))
     ]
     return samples, seconds
 
 
-def rollout_actions(rollout: Rollout, action: str) -> list[Action]:
-    """The :class:`rpg_llm.env.actions.Action` of each row (pure: the same answers and parents give
-    the same actions, so the step metrics can recompute them).
+def rollout_actions(
+    step: int, texts: Sequence[str], parent_codes: Sequence[str | None] | None, action: str
+) -> list[Action]:
+    """The :class:`rpg_llm.env.actions.Action` of each answer (pure: the same answers and
+    parents give the same actions, so the step metrics can recompute them).
 
     Raises:
-        ValueError: the edit format and a rollout without parent scripts (a rollout file saved
+        ValueError: the edit format and answers without parent scripts (a rollout file saved
             by an older version).
     """
-    parents = rollout.parent_codes
-    if action == "edit" and parents is None:
-        raise ValueError(f"step {rollout.step}: the edit format needs the rollout's parent scripts")
-    parents = parents if parents is not None else [None] * len(rollout.texts)
-    return [parse_action(t, action, p) for t, p in zip(rollout.texts, parents, strict=True)]
+    if action == "edit" and parent_codes is None:
+        raise ValueError(f"step {step}: the edit format needs the rollout's parent scripts")
+    parents = parent_codes if parent_codes is not None else [None] * len(texts)
+    return [parse_action(t, action, p) for t, p in zip(texts, parents, strict=True)]
 
 
 def execute_seeds(

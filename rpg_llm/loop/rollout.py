@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rpg_llm.env.execute import RUN_TIME_RE
+from rpg_llm.env.actions import editable_baselines, editable_constants
+from rpg_llm.env.outcome import RUN_TIME_RE
 from rpg_llm.env.prompts import BASELINE_OUTCOME, base_prompt, edit_prompt, improve_prompt
+from rpg_llm.learner.policy import chat_prompt_ids, generate
 
 __all__ = [
     "Rollout",
@@ -108,7 +110,6 @@ def min_edit_prompt_tokens(
         ``(tokens, name)``: the budget and the script that needs it (``(0, "")`` when no script
         has editable constants).
     """
-    from rpg_llm.env.actions import editable_constants
 
     def count(s: str) -> int:
         return len(tokenizer(s, add_special_tokens=False)["input_ids"])
@@ -165,7 +166,6 @@ def make_prompts(
     Raises:
         ValueError: edit format, empty buffer and no baseline with editable constants.
     """
-    from rpg_llm.env.actions import editable_baselines, editable_constants
 
     def count(s: str) -> int:
         return len(tokenizer(s, add_special_tokens=False)["input_ids"])
@@ -235,8 +235,6 @@ def generate_rollout(
         dist: :class:`rpg_llm.loop.dist.Dist`.
         parent_codes: the rows' parent scripts (kept in the rollout for the execution stage).
     """
-    from rpg_llm.learner.policy import chat_prompt_ids, generate
-
     tok = policy.tokenizer
     query_ids = [chat_prompt_ids(tok, p, sampling.max_prompt_tokens) for p in prompts]
     mine = dist.shard(len(prompts))

@@ -10,17 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rpg_core.cli import ArgumentParser
-from rpg_llm.config import (
-    LoopConfig,
-    SamplingConfig,
-    add_flags,
-    apply_flags,
-    config_flags,
-    given_flags,
-    named_errors,
-)
-from rpg_llm.learner.ppo import PPOConfig
-from rpg_llm.loop.rewards import RewardConfig
+from rpg_llm.config import LoopConfig, PPOConfig, RewardConfig, SamplingConfig
+from rpg_llm.flags import add_flags, apply_flags, config_flags, given_flags, named_errors
 
 
 def _leaf_paths(cls, prefix=""):

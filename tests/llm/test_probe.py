@@ -59,12 +59,12 @@ def test_fixed_parents_spread_over_the_ranking():
 
 @pytest.mark.slow
 def test_probe_compares_the_two_policies_on_the_same_parents(tiny_model_dir, tmp_path, monkeypatch):
-    import rpg_llm.learner.policy
+    import rpg_llm.loop.rollout
 
     run = tmp_path / "run"
     cfg = tiny_edit_config(tiny_model_dir, steps=1, workers=2, seed_buffer=True)
     backends = bbc_backends(SEEDS)
-    monkeypatch.setattr(rpg_llm.learner.policy, "generate", _scripted(_good_edit))
+    monkeypatch.setattr(rpg_llm.loop.rollout, "generate", _scripted(_good_edit))
     train(cfg, run, backends=backends, progress=False)
     before = SampleBuffer(run / "buffer.sqlite", capacity=100).all()
 
@@ -79,7 +79,7 @@ def test_probe_compares_the_two_policies_on_the_same_parents(tiny_model_dir, tmp
         calls.append(1)
         return real(*a, **kw)
 
-    monkeypatch.setattr(rpg_llm.learner.policy, "generate", counted)
+    monkeypatch.setattr(rpg_llm.loop.rollout, "generate", counted)
     sft, trained = probe_mod.probe(run, answers=2, parents=2, seed=3, backends=backends)
     assert len(calls) == 2
     assert (sft.policy, trained.policy) == ("sft", "trained (step 1)")
@@ -127,7 +127,7 @@ def test_probe_of_a_trl_run_loads_trls_last_checkpoint(
     import torch
     from safetensors.torch import load_file, save_file
 
-    import rpg_llm.learner.policy
+    import rpg_llm.loop.rollout
     from rpg_llm.config import TRLConfig
     from rpg_llm.engines.trl import train_trl, trained_model
     from rpg_llm.learner.policy import load_policy
@@ -160,7 +160,7 @@ def test_probe_of_a_trl_run_loads_trls_last_checkpoint(
         fake = _scripted(lambda prompt: BAD_EDIT if sft_model else _good_edit(prompt))
         return fake(policy, query_ids, max_new_tokens, **kw)
 
-    monkeypatch.setattr(rpg_llm.learner.policy, "generate", by_model)
+    monkeypatch.setattr(rpg_llm.loop.rollout, "generate", by_model)
     sft, trained = probe_mod.probe(run, answers=1, parents=2, seed=3, backends=backends)
     assert (sft.policy, trained.policy) == ("sft", "trained (TRL step 1)")
     assert (sft.valid_fraction, trained.valid_fraction) == (0.0, 1.0)

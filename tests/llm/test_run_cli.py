@@ -9,7 +9,8 @@ from typing import Any
 import fixtures_llm
 import pytest
 
-import rpg_llm.run as run_mod
+from rpg_llm import launch
+from rpg_llm.flags import given_flags
 from rpg_llm.run import main
 from testkit.tiny_run import run_module, tiny_run_args
 
@@ -42,16 +43,14 @@ def test_missing_task_exits_2(tmp_path, capsys, tiny_model_dir):
 
 def _spy_resolve_model(monkeypatch) -> list[str]:
     """Record the model names ``rpg_llm.run`` resolves (a hub id: cache, download, conversion)."""
-    import rpg_llm.learner.policy as policy
-
     calls: list[str] = []
-    real = policy.resolve_model
+    real = launch.resolve_model
 
     def spy(name, *args, **kwargs):
         calls.append(name)
         return real(name, *args, **kwargs)
 
-    monkeypatch.setattr(policy, "resolve_model", spy)
+    monkeypatch.setattr(launch, "resolve_model", spy)
     return calls
 
 
@@ -65,12 +64,10 @@ def test_missing_task_with_the_default_model_resolves_no_model(tmp_path, capsys,
 
 
 def test_bad_model_folder_is_named_before_the_task_is_checked(tmp_path, capsys, monkeypatch):
-    import rpg_llm.run as run
-
-    def no_task_check(cfg):
+    def no_task_check(task, **places):
         raise AssertionError("the task was checked before the model folder")
 
-    monkeypatch.setattr(run, "_check_task", no_task_check)
+    monkeypatch.setattr(launch.registry, "check_setup", no_task_check)
     argv = ["--model", str(tmp_path / "nope"), "--task", "no-such-task"]
     assert main([*argv, "--out", str(tmp_path / "r")]) == 2
     assert f"model folder {tmp_path / 'nope'} does not exist" in _one_line_error(capsys)
@@ -118,7 +115,8 @@ def test_presets_with_missing_resources_say_what_is_missing(
 
     if torch.cuda.device_count() >= 8:
         pytest.skip("this machine has the GPUs")
-    assert main(["--preset", preset, "--out", str(tmp_path / "r")]) == 2
+    # an offline task, whose set-up (checked first) is fine here: the resources are missing
+    assert main(["--preset", preset, "--task", "text", "--out", str(tmp_path / "r")]) == 2
     err = _one_line_error(capsys)
     for n in needs:
         assert n in err
@@ -293,10 +291,11 @@ def test_vanilla_lines_show_what_vanilla_uses():
         assert "rho_hat 0.0123/s" in line and "mean relative reward -4.25" in line
 
 
-def _config_of(args):
-    from rpg_llm.run import _parser, build_config
+def _config_of(argv):
+    from rpg_llm.run import _parser
 
-    return build_config(_parser().parse_args(args))[0]
+    args = _parser().parse_args(argv)
+    return launch.make_config(given_flags(args), preset=args.preset)
 
 
 def test_nanogpt_task_without_its_preset_takes_the_tasks_timeout():
@@ -430,8 +429,8 @@ def test_prompt_budget_below_the_edit_prompts_floor_exits_2(tmp_path, capsys):
 
     from rpg_core.cli import UsageError
     from rpg_llm.env.tasks import baseline_solutions
-    from rpg_llm.learner.policy import DEFAULT_MODEL, resolve_model
-    from rpg_llm.run import _parser, build_config, check_prompt_budget
+    from rpg_llm.launch import check_prompt_budget
+    from rpg_llm.learner.models import DEFAULT_MODEL, resolve_model
 
     out = tmp_path / "r"
     assert main(["--task", "diamonds-price-rmse", "--out", str(out)]) == 2
@@ -445,8 +444,7 @@ def test_prompt_budget_below_the_edit_prompts_floor_exits_2(tmp_path, capsys):
     scripts, model = baseline_solutions("diamonds-price-rmse"), resolve_model(DEFAULT_MODEL)
 
     def cfg(budget):
-        argv = ["--task", "diamonds-price-rmse", "--max-prompt-tokens", str(budget)]
-        return build_config(_parser().parse_args(argv))[0]
+        return _config_of(["--task", "diamonds-price-rmse", "--max-prompt-tokens", str(budget)])
 
     check_prompt_budget(cfg(need), model, scripts)
     with pytest.raises(UsageError, match=f"give --max-prompt-tokens {need} or more"):
@@ -471,7 +469,7 @@ def test_an_unprepared_offline_task_is_built_with_a_message_first(tmp_path, caps
     built = []
     monkeypatch.setattr(tasks, "prepare", lambda comp_id, root: built.append((comp_id, root)))
     cfg = replace(get_preset("cpu-default").config, task="churn-auc", data_root=str(tmp_path))
-    assert run_mod.prepare_offline(cfg) is True
+    assert launch.prepare_task(cfg) is True
     assert built == [("churn-auc", tmp_path)]
     out = capsys.readouterr().out
     assert "preparing the offline competition churn-auc" in out and str(tmp_path) in out
@@ -483,13 +481,13 @@ def test_an_unprepared_offline_task_is_built_with_a_message_first(tmp_path, caps
     (folder / "leaderboard.csv").write_text("teamName,score\n")
     (folder / "config.yaml").write_text(yaml.safe_dump({"id": "churn-auc", "rpg": rpg}))
     assert tasks.is_prepared("churn-auc", tmp_path) and not tasks.is_current("churn-auc", tmp_path)
-    assert run_mod.prepare_offline(cfg) is True and len(built) == 2  # older format: rebuilt
+    assert launch.prepare_task(cfg) is True and len(built) == 2  # older format: rebuilt
     capsys.readouterr()
     rpg["format_version"] = offline.FORMAT_VERSION
     (folder / "config.yaml").write_text(yaml.safe_dump({"id": "churn-auc", "rpg": rpg}))
     assert tasks.is_current("churn-auc", tmp_path)
-    assert run_mod.prepare_offline(cfg) is False
-    assert run_mod.prepare_offline(replace(cfg, task="nanogpt-cpu")) is False
+    assert launch.prepare_task(cfg) is False
+    assert launch.prepare_task(replace(cfg, task="nanogpt-cpu")) is False
     assert len(built) == 2 and capsys.readouterr().out == ""
 
 
@@ -498,11 +496,11 @@ def test_main_prepares_the_task_before_training_and_not_for_a_finished_resume(
 ):
     """``main`` builds a missing offline competition before training starts; a ``--resume`` of a
     run that has finished its steps returns before any preparing."""
-    import rpg_llm.loop as loop
+    import rpg_llm.loop.trainer as trainer
 
     order: list[str] = []
 
-    def prepare(cfg):
+    def prepare(cfg, say=print):
         order.append(f"prepare {cfg.task} {cfg.data_root}")
         return True
 
@@ -510,8 +508,8 @@ def test_main_prepares_the_task_before_training_and_not_for_a_finished_resume(
         order.append(f"train {cfg.task}")
         raise RuntimeError("stop before loading a model")
 
-    monkeypatch.setattr(run_mod, "prepare_offline", prepare)
-    monkeypatch.setattr(loop, "train", train)
+    monkeypatch.setattr(launch, "prepare_task", prepare)
+    monkeypatch.setattr(trainer, "train", train)
     data = tmp_path / "data"
     argv = ["--task", "churn-auc", "--data-root", str(data), "--out", str(tmp_path / "run")]
     assert main(argv) == 1
@@ -519,8 +517,9 @@ def test_main_prepares_the_task_before_training_and_not_for_a_finished_resume(
 
     order.clear()
     cfg = _config_of(argv)
-    monkeypatch.setattr(run_mod, "_resume_config", lambda args: cfg)
-    monkeypatch.setattr(run_mod, "_finished", lambda run_dir, steps, engine="ppo": True)
+    monkeypatch.setattr(launch, "resume_config", lambda run_dir, steps=None: cfg)
+    finished = launch.RunStatus(tmp_path / "run", "finished", cfg.steps, "steps", cfg)
+    monkeypatch.setattr(launch, "status", lambda run_dir, cfg=None: finished)
     assert main(["--resume", str(tmp_path / "run")]) == 0
     assert order == [] and "nothing to run" in capsys.readouterr().out
 

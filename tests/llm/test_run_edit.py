@@ -17,12 +17,13 @@ from dataclasses import replace
 import fixtures_llm
 import pytest
 
+from rpg_llm.config import RewardConfig
 from rpg_llm.env import tasks
 from rpg_llm.env.actions import apply_edit, editable_baselines, editable_constants, parse_action
 from rpg_llm.env.prompts import BASELINE_OUTCOME, edit_prompt
 from rpg_llm.loop import LoopConfig, Trainer, train
-from rpg_llm.loop.execution import execute_rollout
-from rpg_llm.loop.rewards import RewardConfig
+from rpg_llm.loop.execution import execute_rows
+from rpg_llm.loop.pipeline import Answers, RunEnv
 from rpg_llm.loop.rollout import CHAT_TEMPLATE_ROOM, Rollout
 from rpg_llm.loop.warm_start import weights_digest
 from testkit import REPO_ROOT
@@ -75,7 +76,7 @@ def _edit_of(prompt_text: str, k: int) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["rpg", "vanilla"])
 def test_both_arms_end_to_end_in_edit_mode(tiny_model_dir, tmp_path, monkeypatch, method):
-    import rpg_llm.learner.policy
+    import rpg_llm.loop.rollout
 
     calls: list[float] = []
     edits: list[str] = []  # the valid edit answered in row 0 of each step
@@ -83,15 +84,15 @@ def test_both_arms_end_to_end_in_edit_mode(tiny_model_dir, tmp_path, monkeypatch
     def answers_for(i, q):
         return BAD_EDIT if i == 1 else edits[-1]
 
-    real_make = Trainer.prompts
+    real_make = RunEnv.prompts
 
-    def prompts_spy(self):
-        out = real_make(self)
-        edits.append(_edit_of(out[0][0], len(edits)))
+    def prompts_spy(self, n, tokenizer):
+        out = real_make(self, n, tokenizer)
+        edits.append(_edit_of(out.prompts[0], len(edits)))
         return out
 
-    monkeypatch.setattr(Trainer, "prompts", prompts_spy)
-    monkeypatch.setattr(rpg_llm.learner.policy, "generate", _scripted_generate(answers_for, calls))
+    monkeypatch.setattr(RunEnv, "prompts", prompts_spy)
+    monkeypatch.setattr(rpg_llm.loop.rollout, "generate", _scripted_generate(answers_for, calls))
     run = tmp_path / method
     cfg = _cfg(tiny_model_dir, method)
     records = train(cfg, run, backends=_backends(), progress=False)
@@ -138,7 +139,8 @@ def test_empty_buffer_edit_prompts_show_the_baselines_in_turn(tiny_model_dir, tm
     cfg = _cfg(tiny_model_dir, seed_buffer=False, batch_size=3)
     trainer = Trainer(cfg, tmp_path / "run", backends=_backends(), progress=False)
     try:
-        prompts, parent_ids, parent_codes = trainer.prompts()
+        p = trainer.env.prompts(cfg.batch_size, trainer.policy.tokenizer)
+        prompts, parent_ids, parent_codes = p.prompts, p.parent_ids, p.parent_codes
     finally:
         trainer.close()
     bases = editable_baselines(_baselines())
@@ -181,7 +183,9 @@ def test_invalid_edit_is_stored_with_its_outcome_text():
     sandbox = backends.make_sandbox(cfg.sandbox)
     executor = backends.make_executor(cfg.executor, cfg.workers)
     try:
-        samples, _ = execute_rollout(rollout, cfg, comp, backends, sandbox, executor)
+        answers = Answers.of_rollout(rollout)
+        actions = answers.actions(cfg.action)
+        samples, _ = execute_rows(answers, actions, cfg, comp, backends, sandbox, executor)
     finally:
         getattr(executor, "shutdown", lambda: None)()
     ok, unknown, none, wrong_type = samples
@@ -198,10 +202,9 @@ def test_invalid_edit_is_stored_with_its_outcome_text():
 def test_edit_rollout_without_parent_scripts_is_refused():
     from rpg_llm.loop.execution import rollout_actions
 
-    rollout = Rollout(1, ["p"], [None], [[1]], [[2]], [BAD_EDIT], 0.0, 1)
     with pytest.raises(ValueError, match="parent scripts"):
-        rollout_actions(rollout, "edit")
-    assert rollout_actions(rollout, "script")[0].kind == "script"
+        rollout_actions(1, [BAD_EDIT], None, "edit")
+    assert rollout_actions(1, [BAD_EDIT], None, "script")[0].kind == "script"
 
 
 def test_bad_action_is_a_usage_error(capsys):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from rpg_llm.config import LoopConfig
+from rpg_llm.config import LoopConfig, RewardConfig
 from rpg_llm.env import registry
 from rpg_llm.env.actions import editable_constants
 from rpg_llm.env.tasks import nanogpt
@@ -30,7 +30,6 @@ from rpg_llm.loop import backends as loop_backends
 from rpg_llm.loop import budget
 from rpg_llm.loop.accounting import Accounts, RateTracker
 from rpg_llm.loop.buffer import Sample
-from rpg_llm.loop.rewards import RewardConfig
 from rpg_llm.presets import get_preset
 from rpg_llm.run import main as run_main
 from testkit import REPO_ROOT
@@ -170,13 +169,12 @@ def test_speedrun_seeds_are_the_checkouts_script(speedrun):
 
 
 def test_each_task_runs_its_own_batch(monkeypatch, tmp_path):
-    from rpg_llm.env import execute
-    from rpg_llm.env.tasks import Competition
+    from rpg_llm.env.tasks import Competition, runner
     from rpg_llm.env.tasks.nanogpt import env as nanogpt_env
 
     calls = []
     monkeypatch.setattr(nanogpt_env, "run_batch", lambda *a: calls.append("nanogpt") or ["n"])
-    monkeypatch.setattr(execute, "run_batch", lambda *a: calls.append("execute") or ["e"])
+    monkeypatch.setattr(runner, "run_batch", lambda *a: calls.append("execute") or ["e"])
     task = nanogpt.NanoGPTTask("nanogpt-cpu", "d", nanogpt.cpu_settings(), tmp_path, tmp_path)
     comp = Competition("c", tmp_path, tmp_path, tmp_path, "d", False, "m:f", None)
     assert isinstance(task, Task) and isinstance(comp, Task)

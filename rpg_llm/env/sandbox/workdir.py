@@ -13,6 +13,9 @@ import stat
 import tempfile
 from pathlib import Path
 
+from rpg_llm.env.sandbox.base import remove_tree
+from rpg_llm.env.sandbox.identity import reachable_by_others
+
 SCRIPT_NAME = "solution.py"
 
 
@@ -70,8 +73,6 @@ def shareable_readonly(src: Path) -> bool:
     Every folder must be ``o+rx`` and every file ``o+r``, nothing writable by group or others,
     and the folder reachable from ``/``; then a symbolic link can replace the copy.
     """
-    from rpg_llm.env.sandbox.identity import reachable_by_others
-
     if not reachable_by_others(src):
         return False
     for dirpath, dirnames, filenames in os.walk(src):
@@ -108,8 +109,6 @@ def remove_stale_workdirs(root: Path | None) -> list[Path]:
       The folders removed.  Folders of live processes (any run still executing) and names not
       of the form ``run-<pid>-...`` are left alone.
     """
-    from rpg_llm.env.sandbox.base import remove_tree
-
     base = Path(root) if root is not None else Path(tempfile.gettempdir()) / "rpg-sandbox"
     if not base.is_dir():
         return []

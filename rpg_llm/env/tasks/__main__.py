@@ -26,7 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_llm.env.sandbox import make_sandbox
+from rpg_llm.env.sandbox.base import MAX_TIMEOUT_S
+from rpg_llm.env.tasks.baselines import markdown_table, measure_baselines
 from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, data_root_arg, mlebench_dir_arg
 from rpg_llm.env.tasks.format import (
     TREE_COMPETITIONS,
@@ -110,12 +115,6 @@ def _offline_names(
 
 
 def _baselines(args: Any, data_root: Path, tree: Path | None) -> int:
-    import pandas as pd
-
-    from rpg_llm.env.sandbox import make_sandbox
-    from rpg_llm.env.sandbox.base import MAX_TIMEOUT_S
-    from rpg_llm.env.tasks.baselines import markdown_table, measure_baselines
-
     names = _offline_names("baselines", args.name, data_root, tree, several=True)
     if not args.workers >= 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")

@@ -1,29 +1,27 @@
 """Measure a competition's seed baselines: CPU seconds, wall seconds, score and leaderboard place.
 
-:func:`measure_baselines` runs every script of
-:func:`rpg_llm.env.tasks.offline.baseline_solutions` (the scripts a training run seeds its buffer
-with) through the project's own executor (:func:`rpg_llm.env.execute.run_batch`: the sandbox, the
-time limit and the grader of a training run), so the seconds are those a run would charge: the
-whole script process, interpreter start and imports included. CPU seconds (user + system of the
-script and the children it waited for) are far less sensitive than wall seconds to other load on
-a shared machine. :func:`markdown_table` renders the rows for ``benchmarks/RESULTS.md``; the CLI
-is ``python -m rpg_llm.env.tasks baselines NAME|all``.
+:func:`measure_baselines` runs every script of :func:`rpg_llm.env.tasks.offline.baseline_solutions`
+(the scripts a training run seeds its buffer with) through the project's own executor
+(:func:`rpg_llm.env.tasks.runner.run_batch`: the sandbox, the time limit and the grader of a
+training run), so the seconds are those a run would charge: the whole script process, interpreter
+start and imports included. CPU seconds (user + system of the script and the children it waited
+for) are far less sensitive than wall seconds to other load on a shared machine.
+:func:`markdown_table` renders the rows for ``benchmarks/RESULTS.md``; the CLI is ``python -m
+rpg_llm.env.tasks baselines NAME|all``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from rpg_llm.env.sandbox import LocalExecutor, Sandbox
 from rpg_llm.env.tasks.format import Competition
 from rpg_llm.env.tasks.grading import leaderboard_percentile
 from rpg_llm.env.tasks.offline import baseline_solutions
-
-if TYPE_CHECKING:  # pragma: no cover
-    from rpg_llm.env.sandbox import Sandbox
+from rpg_llm.env.tasks.runner import run_batch
 
 COLUMNS = ("task", "baseline", "status", "cpu_s", "wall_s", "score", "rank", "board", "percentile")
 
@@ -68,9 +66,6 @@ def measure_baselines(
     Raises:
         ValueError: ``comp`` has no baselines (not an offline competition), or ``workers < 1``.
     """
-    from rpg_llm.env.execute import run_batch
-    from rpg_llm.env.sandbox import LocalExecutor
-
     solutions = baseline_solutions(comp.id)
     if not solutions:
         raise ValueError(f"competition {comp.id!r} has no baseline scripts")

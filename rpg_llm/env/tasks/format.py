@@ -39,8 +39,6 @@ the last; a board whose first and last scores are equal is an error naming the c
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,6 +47,12 @@ from typing import Any
 
 import pandas as pd
 import yaml
+
+from rpg_llm.env.outcome import Outcome
+from rpg_llm.env.sandbox import BatchExecutor, Sandbox, make_sandbox
+from rpg_llm.env.tasks import runner
+from rpg_llm.env.tasks.mlebench_api import mlebench_registry, mlebench_status, split_grade_fn
+from rpg_llm.env.tasks.specs import list_offline_competitions, sync_grader
 
 DEFAULT_TEXT_TASK = "bbc-news-logloss"
 """The offline text competition used by the default training run."""
@@ -100,14 +104,15 @@ class Competition:
     def run_batch(
         self,
         codes: Sequence[str],
-        sandbox: Any,
+        sandbox: Sandbox | str,
         timeout_s: float,
-        executor: Any = None,
-    ) -> list[Any]:
-        """Run and grade ``codes`` in ``sandbox`` (:func:`rpg_llm.env.execute.run_batch`)."""
-        from rpg_llm.env.execute import run_batch
-
-        return run_batch(codes, self, sandbox, timeout_s, executor)
+        executor: BatchExecutor | None = None,
+    ) -> list[Outcome]:
+        """Run and grade ``codes`` in ``sandbox`` (a sandbox, or its kind for
+        :func:`rpg_llm.env.sandbox.make_sandbox`); one outcome per code, in order
+        (:func:`rpg_llm.env.tasks.runner.run_batch`: its errors)."""
+        box = make_sandbox(sandbox) if isinstance(sandbox, str) else sandbox
+        return runner.run_batch(codes, self, box, timeout_s, executor)
 
     def own_rewards(self) -> None:
         """A competition's raw reward is the grader's (score or leaderboard percentile)."""
@@ -147,65 +152,6 @@ def resolve_id(name: str) -> str:
     if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in {".", ".."}:
         raise ValueError(f"bad competition name {name!r}")
     return TASK_ALIASES.get(name, name)
-
-
-def split_grade_fn(spec: Any, where: str = "grade_fn") -> tuple[str, str]:
-    """Split ``"package.module:function"`` into ``(module, function)``.
-
-    Raises:
-        ValueError: ``spec`` is not of that form (the message names ``where`` and the value).
-    """
-    if not isinstance(spec, str):
-        raise ValueError(f"{where} must be 'module:function', got {spec!r}")
-    module_name, sep, fn_name = spec.partition(":")
-    if not sep or not all(module_name.split(".")) or not fn_name or ":" in fn_name:
-        raise ValueError(f"{where} must be 'module:function', got {spec!r}")
-    return module_name, fn_name
-
-
-def import_fn(spec: str) -> Any:
-    """Import ``"package.module:function"`` by name and return the function.
-
-    Raises:
-        ValueError: ``spec`` is malformed or cannot be imported.
-    """
-    module_name, fn_name = split_grade_fn(spec)
-    try:
-        module = importlib.import_module(module_name)
-        return getattr(module, fn_name)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot import grade_fn {spec!r}: {exc}") from exc
-
-
-def mlebench_status() -> tuple[str, str]:
-    """Whether the ``mlebench`` package can be used.
-
-    Returns:
-        ``("absent", "")`` when no ``mlebench`` package is found; ``("partial", why)`` when it is
-        found but ``mlebench.registry`` / ``mlebench.grade_helpers`` fail to import (a missing
-        dependency, say), ``why`` being the error; ``("complete", "")`` otherwise.
-    """
-    try:
-        spec = importlib.util.find_spec("mlebench")
-    except (ImportError, ValueError) as exc:
-        return "partial", f"{type(exc).__name__}: {exc}"
-    if spec is None:
-        return "absent", ""
-    try:
-        importlib.import_module("mlebench.grade_helpers")
-        importlib.import_module("mlebench.registry")
-    except Exception as exc:  # noqa: BLE001 - any failure means the install is incomplete
-        return "partial", f"{type(exc).__name__}: {exc}"
-    return "complete", ""
-
-
-def mlebench_registry() -> Any | None:
-    """``mlebench.registry.registry`` when mlebench imports completely, else None."""
-    if mlebench_status()[0] != "complete":
-        return None
-    from mlebench.registry import registry  # type: ignore[import-not-found]
-
-    return registry
 
 
 def lower_is_better_from_board(leaderboard: pd.DataFrame, comp_id: str = "?") -> bool:
@@ -465,8 +411,6 @@ def load_competition(
         if (tree / TREE_COMPETITIONS / comp_id / "config.yaml").is_file():
             return _from_tree(comp_id, tree, data_root)
     if (data_root / comp_id / "config.yaml").is_file():
-        from rpg_llm.env.tasks.offline import sync_grader
-
         sync_grader(comp_id, data_root / comp_id)  # our offline competitions: their own grader
         return _from_folder(comp_id, data_root)
     status, why = mlebench_status()
@@ -484,8 +428,6 @@ def load_competition(
         )
     elif status == "complete":
         where += "; the mlebench registry does not list it either"
-    from rpg_llm.env.tasks.offline import list_offline_competitions
-
     if comp_id in list_offline_competitions():
         missing = "" if data_root.is_dir() else f" (the folder {data_root} does not exist)"
         raise ValueError(

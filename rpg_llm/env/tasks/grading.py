@@ -52,14 +52,17 @@ import types
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from rpg_llm.env.sandbox.bounded import LimitExceeded, call_bounded
 from rpg_llm.env.sandbox.files import UnsafeFileError, read_workdir_file
-from rpg_llm.env.tasks.format import Competition, mlebench_status, split_grade_fn
+from rpg_llm.env.tasks.mlebench_api import mlebench_status, split_grade_fn
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: a Competition runs and grades through here
+    from rpg_llm.env.tasks.format import Competition
 
 INVALID_REWARD = -10.0
 """Raw reward of an invalid / missing submission (DESIGN.md section 7)."""

@@ -6,8 +6,7 @@ Each ladder entry is ``(solution name, constants)``: the script
 fresh temporary folder following the execution convention (``./input`` -> the public data,
 ``./submission.csv`` written), one BLAS / OpenMP thread each, forked from a server that imported the
 scientific stack once (:mod:`rpg_llm.env.tasks._forkserver`), and is graded with the competition's
-own
-grader. The board lists entries best first (as MLE-Bench boards do).
+own grader. The board lists entries best first (as MLE-Bench boards do).
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from rpg_llm.env.actions import apply_edit, editable_constants
 from rpg_llm.env.tasks.format import Competition
 from rpg_llm.env.tasks.grading import grade_submission
 
@@ -42,8 +42,6 @@ def set_constants(code: str, constants: dict) -> str:
     Raises:
         ValueError: a name is not assigned exactly once at the top level of ``code``.
     """
-    from rpg_llm.env.actions import apply_edit, editable_constants
-
     for name, value in constants.items():
         pattern = re.compile(rf"^{re.escape(name)}\s*=.*$", re.MULTILINE)
         if len(pattern.findall(code)) != 1:
@@ -124,8 +122,7 @@ def run_ladder(
     """Run every ladder entry on ``comp``'s public data and grade it.
 
     The entries run as forked children of one fork server (:mod:`rpg_llm.env.tasks._forkserver`)
-    that
-    has imported numpy / pandas / scikit-learn once, each in its own temporary folder with
+    that has imported numpy / pandas / scikit-learn once, each in its own temporary folder with
     ``./input`` linked to the public data; ``seconds`` is a child's wall time without those imports.
 
     Args:

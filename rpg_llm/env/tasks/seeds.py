@@ -10,7 +10,7 @@ The seeding rule. Which baselines enter the buffer is fixed by the task, not cho
 every baseline is executed once, graded and stored as step 0 of the run (failures included), so
 all of them compete as parents from step 1 on. An offline competition's baselines are every
 script of ``rpg_llm/env/tasks/solutions/<id>/`` with its default constants, sorted by file name,
-then the spec's ``seeds`` variants (``OfflineSpec.seeds``): for the competitions with a
+then the spec's ``seeds`` variants (``specs.OfflineSpec.seeds``): for the competitions with a
 time/quality frontier (``fine-foods-auc``, ``diamonds-price-rmse``, ``flights-delay-auc``) the
 ``family`` script at every other value of its ``MODEL`` constant, so the buffer starts with one
 fast-and-weak, one fast-and-strong and slow members of each family, each of them a script whose

@@ -14,10 +14,10 @@ import torch
 
 pytest.importorskip("trl")
 
-from rpg_llm.config import LoopConfig, SamplingConfig, TRLConfig  # noqa: E402
+from rpg_llm.config import IMPROVEMENT_BONUS, LoopConfig, RewardConfig, SamplingConfig, TRLConfig  # noqa: E402  # noqa: E402
 from rpg_llm.engines.trl import BufferPrompts, RPGRun, completion_text  # noqa: E402
 from rpg_llm.loop import default_backends  # noqa: E402
-from rpg_llm.loop.rewards import IMPROVEMENT_BONUS, INVALID_REWARD, RewardConfig  # noqa: E402
+from rpg_llm.loop.rewards import INVALID_REWARD  # noqa: E402
 
 TIMEOUT_S = 30.0
 
@@ -119,15 +119,15 @@ def test_relative_rewards_exact_on_hand_made_outcomes(rpg_run):
     assert got1[3] is None
     got2 = _score(rpg_run, ["e", "f", "g", "h"])
     rho2 = (-8.6 + 0.7 + 0.8 + 0.95 + 0.1) / (34.0 + 10.0 + 2.0 + 4.0 + 0.2)
-    assert rho2 < 0 and rpg_run.accounts.rho_hat == 0.0  # still no positive rate
+    assert rho2 < 0 and rpg_run.env.accounts.rho_hat == 0.0  # still no positive rate
     rows = [("e", 0.7, 10.0), ("f", 0.8, 2.0), ("g", 0.95, 4.0), ("h", 0.1, 0.2)]
     want = [r - 0.0 * t + (IMPROVEMENT_BONUS if r > 0.9 else 0.0) for _, r, t in rows]
     assert got2 == pytest.approx(want)
     # stored: 8 samples, rows 0..3 of steps 1 and 2, infra kept with its status
-    stored = rpg_run.step_samples(1) + rpg_run.step_samples(2)
+    stored = rpg_run.env.step_samples(1) + rpg_run.env.step_samples(2)
     assert [(s.step, s.row) for s in stored] == [(k, r) for k in (1, 2) for r in range(4)]
-    assert [s.status for s in rpg_run.step_samples(1)] == ["ok", "ok", "error", "infra"]
-    with open(rpg_run.folder.root / "samples.csv") as fh:
+    assert [s.status for s in rpg_run.env.step_samples(1)] == ["ok", "ok", "error", "infra"]
+    with open(rpg_run.env.folder.root / "samples.csv") as fh:
         csv_rows = list(csv.DictReader(fh))
     assert len(csv_rows) == 8 and csv_rows[3]["status"] == "infra"
     # the record is written before TRL's update: no update time in it, not a made-up 0
@@ -181,8 +181,8 @@ def test_prompt_source_follows_the_buffer(tmp_path):
             source = BufferPrompts(run, tok, num_generations=2)
 
             def expected_top(run=run, method=method) -> list[int | None]:
-                rho = run.accounts.rho_hat
-                stored = [s for k in (1, 2) for s in run.step_samples(k)]
+                rho = run.env.accounts.rho_hat
+                stored = [s for k in (1, 2) for s in run.env.step_samples(k)]
                 key = (
                     (lambda s: s.raw_reward - rho * s.exec_time)
                     if method == "rpg"
@@ -191,16 +191,16 @@ def test_prompt_source_follows_the_buffer(tmp_path):
                 return [s.id for s in sorted(stored, key=lambda s: -key(s))[:2]]
 
             _score(run, ["a", "b", "e", "h"])
-            assert run.accounts.rho_hat == pytest.approx(
+            assert run.env.accounts.rho_hat == pytest.approx(
                 (0.9 + 0.5 + 0.7 + 0.1) / 14.2 if method == "rpg" else 0.155, abs=1e-3
             )
             rows = source.rows()
             assert [r["parent_id"] for r in rows] == expected_top()
             assert [r["slot"] for r in rows] == [0, 1]
-            first = run.buffer.get(rows[0]["parent_id"])
+            first = run.env.buffer.get(rows[0]["parent_id"])
             assert first.code in rows[0]["prompt"][0]["content"]
             # at rho 0.155/s: rpg ranks a (0.435) > b (0.345) > h > e; vanilla a > e (0.7)
-            second = run.buffer.get(rows[1]["parent_id"])
+            second = run.env.buffer.get(rows[1]["parent_id"])
             assert (first.code.split()[1], second.code.split()[1]) == (
                 ("a", "b") if method == "rpg" else ("a", "e")
             )
@@ -209,7 +209,7 @@ def test_prompt_source_follows_the_buffer(tmp_path):
             top = source.rows()
             assert [r["parent_id"] for r in top] == expected_top()
             if method == "vanilla":
-                assert run.buffer.get(top[0]["parent_id"]).code.split()[1] == "g"
+                assert run.env.buffer.get(top[0]["parent_id"]).code.split()[1] == "g"
             fresh = source.refresh([{"slot": 1, "prompt": "stale"}, {"slot": 0, "prompt": "x"}])
             assert [f["parent_id"] for f in fresh] == [top[1]["parent_id"], top[0]["parent_id"]]
             assert fresh[0]["prompt"] == top[1]["prompt"]

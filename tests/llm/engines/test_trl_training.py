@@ -18,7 +18,8 @@ import pytest
 pytest.importorskip("trl")
 
 from rpg_llm.config import TRLConfig  # noqa: E402
-from rpg_llm.engines.trl import train_trl, trl_done_steps  # noqa: E402
+from rpg_llm.engines.trl import train_trl  # noqa: E402
+from rpg_llm.loop.runfolder import RunFolder  # noqa: E402
 from rpg_llm.run import main  # noqa: E402
 from testkit import REPO_ROOT  # noqa: E402
 from testkit.tiny_run import run_module, tiny_run_args  # noqa: E402
@@ -53,7 +54,7 @@ def test_two_steps_then_resume_after_a_lost_checkpoint(tiny_model_dir, tmp_path,
     assert [r.step for r in records] == [1, 2]
     before = _rows(run)
     assert [(s, r) for _, s, r, _ in before] == [(k, i) for k in (1, 2) for i in range(4)]
-    assert trl_done_steps(run) == 2
+    assert RunFolder(run).latest_trl_checkpoint() == 2
     import shutil
 
     shutil.rmtree(run / "trl" / "checkpoint-2")  # as if killed before the checkpoint of step 2
@@ -65,7 +66,7 @@ def test_two_steps_then_resume_after_a_lost_checkpoint(tiny_model_dir, tmp_path,
     assert pairs == [(k, i) for k in (1, 2, 3, 4) for i in range(4)]
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "sft/loss" not in m] == [1, 2, 3, 4]
-    assert trl_done_steps(run) == 3
+    assert RunFolder(run).latest_trl_checkpoint() == 3
     # a finished run resumed again runs nothing
     assert train_trl(_cfg(tiny_model_dir, steps=3), run, resume=True, progress=False) == []
 

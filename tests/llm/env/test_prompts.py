@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rpg_llm.env.prompts import base_prompt, extract_code, improve_prompt, truncate_code
+from rpg_llm.env.actions import extract_code
+from rpg_llm.env.prompts import base_prompt, improve_prompt, truncate_code
 
 WORDS = lambda s: len(s.split())  # a token counter that is easy to reason about
 

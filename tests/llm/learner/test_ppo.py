@@ -1,150 +1,27 @@
-"""PPO maths against values computed by hand on tiny tensors, and the trainer on a tiny model."""
+"""The PPO trainer on a tiny model: its update paths agree, its updates move the policy the right
+way, its checkpoints round-trip; log-probs at the sampling temperature, dropout off in the update.
+
+The maths alone: test_losses.py."""
 
 from __future__ import annotations
 
 import contextlib
 import math
 from dataclasses import replace
-from typing import Any
 
 import fixtures_llm
 import pytest
 import torch
 
-from rpg_llm.learner.ppo import (
-    PPOBatch,
-    PPOConfig,
-    PPOTrainer,
-    entropy_from_logits,
-    gae,
-    kl_penalized_rewards,
-    logprobs_from_logits,
-    masked_mean,
-    masked_whiten,
-    policy_loss,
-    value_loss,
-)
+from rpg_llm.learner import ppo
+from rpg_llm.learner.forward import response_logits, update_mode
+from rpg_llm.learner.losses import logprobs_from_logits
+from rpg_llm.learner.policy import chat_prompt_ids, generate, load_policy
+from rpg_llm.learner.ppo import PPOBatch, PPOConfig, PPOTrainer, takes_rollout_pass
 
 # fixtures (pytest finds them by name in this module)
 tiny_model_dir = fixtures_llm.tiny_model_dir
 tiny_policy = fixtures_llm.tiny_policy
-
-F64 = torch.float64
-
-
-def t(x):
-    return torch.tensor(x, dtype=F64)
-
-
-MASK = t([[1, 1, 1], [1, 1, 0]])
-
-
-def test_masked_mean_and_whiten_by_hand():
-    x = t([[1.0, 2.0, 99.0], [4.0, 99.0, 99.0]])
-    mask = t([[1, 1, 0], [1, 0, 0]])
-    assert masked_mean(x, mask).item() == pytest.approx(7 / 3)
-    # unbiased variance of {1, 2, 4}: (16/9 + 1/9 + 25/9) / 2 = 7/3
-    w = masked_whiten(x, mask)
-    sd = math.sqrt(7 / 3 + 1e-8)
-    expected = t([[(1 - 7 / 3) / sd, (2 - 7 / 3) / sd, 0.0], [(4 - 7 / 3) / sd, 0.0, 0.0]])
-    torch.testing.assert_close(w, expected)
-    # whitened valid entries: mean 0, unbiased variance 1
-    vals = w[mask.bool()]
-    assert vals.mean().item() == pytest.approx(0.0, abs=1e-12)
-    assert vals.var().item() == pytest.approx(1.0, rel=1e-6)
-
-
-def test_kl_penalty_in_reward_by_hand():
-    logp = t([[-1.0, -2.0, -3.0], [-0.5, -1.0, -9.0]])
-    ref = t([[-1.5, -2.0, -2.0], [-1.0, -7.0, -7.0]])
-    scores = t([2.0, -1.0])
-    rewards, kl = kl_penalized_rewards(scores, logp, ref, MASK, kl_coef=0.1)
-    torch.testing.assert_close(kl, t([[0.5, 0.0, -1.0], [0.5, 6.0, 0.0]]))
-    # score lands on the last valid token (index 2 in row 0, index 1 in row 1)
-    torch.testing.assert_close(rewards, t([[-0.05, 0.0, 0.1 + 2.0], [-0.05, -0.6 - 1.0, 0.0]]))
-
-
-def test_kl_rewards_reject_bad_shapes():
-    with pytest.raises(ValueError, match="shapes differ"):
-        kl_penalized_rewards(t([1.0, 1.0]), t([[0.0, 0.0]]), t([[0.0]]), t([[1.0, 1.0]]), 0.1)
-    with pytest.raises(ValueError, match="at least one valid token"):
-        kl_penalized_rewards(t([1.0]), t([[0.0]]), t([[0.0]]), t([[0.0]]), 0.1)
-
-
-def test_gae_gamma_lambda_one_is_reward_to_go_minus_value():
-    r = t([[1.0, 0.0, 2.0], [0.5, -1.0, 7.0]])
-    v = t([[0.5, 1.0, 1.5], [0.2, 0.4, 9.0]])
-    adv, ret = gae(r, v, MASK, gamma=1.0, lam=1.0)
-    torch.testing.assert_close(adv, t([[2.5, 1.0, 0.5], [-0.7, -1.4, 0.0]]))
-    torch.testing.assert_close(ret, t([[3.0, 2.0, 2.0], [-0.5, -1.0, 0.0]]))
-
-
-def test_gae_discounted_by_hand():
-    r, v = t([[1.0, 0.0, 2.0]]), t([[0.5, 1.0, 1.5]])
-    adv, ret = gae(r, v, t([[1, 1, 1]]), gamma=0.9, lam=0.8)
-    # delta_2 = 2 - 1.5 = 0.5; delta_1 = 0.9*1.5 - 1 = 0.35; delta_0 = 1 + 0.9*1 - 0.5 = 1.4
-    a2 = 0.5
-    a1 = 0.35 + 0.72 * a2
-    a0 = 1.4 + 0.72 * a1
-    torch.testing.assert_close(adv, t([[a0, a1, a2]]))
-    torch.testing.assert_close(ret, adv + v)
-
-
-def test_clipped_surrogate_by_hand_and_its_gradient():
-    old = t([[-1.2, -1.5, -1.0]])
-    new = t([[-1.0, -2.0, -1.0]]).requires_grad_(True)
-    adv = t([[1.0, -2.0, 3.0]])
-    loss, stats = policy_loss(new, old, adv, t([[1, 1, 1]]), clip_ratio=0.2)
-    # token 0: ratio e^0.2 = 1.2214 > 1.2 with A > 0 -> clipped term -1.2
-    # token 1: ratio e^-0.5 = 0.6065 < 0.8 with A < 0 -> clipped term 2 * 0.8 = 1.6
-    # token 2: ratio 1 -> -3
-    assert loss.item() == pytest.approx((-1.2 + 1.6 - 3.0) / 3)
-    assert stats["clipfrac"].item() == pytest.approx(2 / 3)
-    r = math.exp(0.2)
-    assert stats["approx_kl"].item() == pytest.approx(
-        ((r - 1 - 0.2) + (math.exp(-0.5) - 1 + 0.5) + 0.0) / 3
-    )
-    loss.backward()
-    # clipped tokens carry no gradient; the unclipped one: d/dlp (-A e^{lp-old}) / 3 = -3/3
-    torch.testing.assert_close(new.grad, t([[0.0, 0.0, -1.0]]))
-
-
-def test_clipped_value_loss_by_hand():
-    v = t([[1.0, 0.0, 1.0]]).requires_grad_(True)
-    old = t([[0.0, 0.0, 0.0]])
-    ret = t([[0.2, 1.0, 2.0]])
-    loss, stats = value_loss(v, old, ret, t([[1, 1, 1]]), value_clip=0.5)
-    # token 0: max((0.8)^2, (0.5-0.2)^2) = 0.64; token 1: 1; token 2: max(1, (0.5-2)^2) = 2.25
-    assert loss.item() == pytest.approx(0.5 * (0.64 + 1.0 + 2.25) / 3)
-    assert stats["vf_clipfrac"].item() == pytest.approx(1 / 3)
-    loss.backward()
-    # d/dv of 0.5 (v - G)^2 / 3 where unclipped; 0 where the clipped branch wins
-    torch.testing.assert_close(v.grad, t([[0.8 / 3, -1.0 / 3, 0.0]]))
-
-
-def test_normalizer_makes_micro_batches_add_up():
-    lp = t([[-1.0, -2.0], [-0.5, -0.1]])
-    old = t([[-1.1, -2.0], [-0.4, -0.3]])
-    adv = t([[1.0, -1.0], [0.5, 2.0]])
-    m = t([[1, 1], [1, 0]])
-    full, _ = policy_loss(lp, old, adv, m, 0.2)
-    n = float(m.sum())
-    parts: Any = sum(
-        policy_loss(lp[i : i + 1], old[i : i + 1], adv[i : i + 1], m[i : i + 1], 0.2, n)[0]
-        for i in range(2)
-    )
-    assert parts.item() == pytest.approx(full.item())
-
-
-def test_logprobs_and_entropy():
-    logits = t([[[0.0, math.log(3.0)], [1.0, 1.0]]])
-    lp = logprobs_from_logits(logits, torch.tensor([[1, 0]]))
-    torch.testing.assert_close(lp, t([[math.log(0.75), math.log(0.5)]]))  # float64 stays float64
-    ent = entropy_from_logits(logits)
-    h0 = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
-    torch.testing.assert_close(ent, t([[h0, math.log(2.0)]]))
-    # bf16 logits are promoted to float32
-    assert logprobs_from_logits(logits.bfloat16(), torch.tensor([[1, 0]])).dtype == torch.float32
 
 
 def test_config_rejects_bad_values():
@@ -171,8 +48,6 @@ def _batch(policy, scores):
 
 
 def _fresh_actor(model_dir):
-    from rpg_llm.learner.policy import load_policy
-
     return load_policy(str(model_dir), device="cpu").model
 
 
@@ -181,8 +56,6 @@ def test_micro_batch_accumulation_equals_full_batch_gradient(tiny_model_dir):
     for micro in (1, 2):
         actor = _fresh_actor(tiny_model_dir)
         trainer = PPOTrainer(actor, PPOConfig(micro_batch_size=micro, max_grad_norm=1e9))
-        from rpg_llm.learner.policy import load_policy
-
         pol = load_policy(str(tiny_model_dir), device="cpu")
         seen = []  # the accumulated gradients at the optimiser step (step() drops them after)
         real_step = trainer.actor_opt.step
@@ -208,9 +81,9 @@ def _count_forwards(module, counts, name):
     return module.register_forward_hook(hook)
 
 
-def _two_steps(model_dir, cfg, batches, single_pass):
-    """Two steps of a fresh trainer: per-step statistics, final actor + critic parameters and
-    the forward counts of each model."""
+def _steps(model_dir, cfg, batches, single_pass):
+    """One step per batch of a fresh trainer: per-step statistics, final actor + critic
+    parameters and the forward counts of each model."""
     torch.manual_seed(0)  # the same LoRA A initialisation in every trainer
     trainer = PPOTrainer(_fresh_actor(model_dir), cfg)
     counts: dict[str, int] = {}
@@ -240,9 +113,7 @@ def test_single_pass_update_equals_the_two_pass_update(tiny_model_dir, tiny_poli
     values and KL), and one actor and one critic forward fewer per step."""
     cfg = PPOConfig(actor_lr=3e-3, critic_lr=3e-3, kl_coef=0.5, lora_rank=lora_rank)
     batches = [_batch(tiny_policy, [1.0, -0.5]), _batch(tiny_policy, [0.25, 2.0])]
-    (s1, p1, c1), (s2, p2, c2) = (
-        _two_steps(tiny_model_dir, cfg, batches, x) for x in (False, True)
-    )
+    (s1, p1, c1), (s2, p2, c2) = (_steps(tiny_model_dir, cfg, batches, x) for x in (False, True))
     assert s1[1]["kl"] > 1e-4 and abs(s1[1]["value_mean"]) > 1e-4  # the second step tests them
     _assert_same_steps(s1, p1, s2, p2)
     # per step: the general path runs actor and critic twice (rollout pass, update) plus the
@@ -269,9 +140,7 @@ def test_the_critic_update_in_the_rollout_pass_equals_the_two_pass_update(
         actor_lr=3e-3, critic_lr=3e-3, kl_coef=0.5, lora_rank=lora_rank, micro_batch_size=1
     )
     batches = [_batch(tiny_policy, [1.0, -0.5]), _batch(tiny_policy, [0.25, 2.0])]
-    (s1, p1, c1), (s2, p2, c2) = (
-        _two_steps(tiny_model_dir, cfg, batches, x) for x in (False, None)
-    )
+    (s1, p1, c1), (s2, p2, c2) = (_steps(tiny_model_dir, cfg, batches, x) for x in (False, None))
     assert s1[1]["kl"] > 1e-4 and abs(s1[1]["value_mean"]) > 1e-4
     assert s1[1]["vf_loss"] > 1e-4 and s1[1]["critic_grad_norm"] > 1e-4
     _assert_same_steps(s1, p1, s2, p2)
@@ -290,11 +159,69 @@ def test_the_critic_update_in_the_rollout_pass_equals_the_two_pass_update(
     assert counts == {"critic": 2 * (1 + 2)}  # rollout pass, then one per epoch
 
 
-def _seq_logps(trainer, batch):
-    from rpg_llm.learner.ppo import _response_logits
+def test_one_dispatch_chooses_the_update_path():
+    """The rollout pass exactly where one epoch meets one mini-batch; ``single_pass`` False forces
+    the general path, True demands one micro-batch (the single pass)."""
+    cases = [
+        # (ppo_epochs, mini_batch_size, micro_batch_size, single_pass), B = 4 -> rollout pass
+        ((1, None, 4, None), True),  # the single pass
+        ((1, None, 1, None), True),  # the critic's update in the rollout pass
+        ((1, 4, 2, None), True),
+        ((1, None, 4, True), True),
+        ((1, 2, 1, None), False),  # two mini-batches
+        ((2, None, 4, None), False),  # two epochs
+        ((1, None, 4, False), False),
+        ((1, None, 1, False), False),
+    ]
+    for (epochs, mini, micro, single_pass), expected in cases:
+        cfg = PPOConfig(ppo_epochs=epochs, mini_batch_size=mini, micro_batch_size=micro)
+        assert takes_rollout_pass(cfg, 4, single_pass) is expected, (epochs, mini, micro)
+    for epochs, mini, micro in ((2, None, 4), (1, 2, 4), (1, None, 2)):
+        cfg = PPOConfig(ppo_epochs=epochs, mini_batch_size=mini, micro_batch_size=micro)
+        with pytest.raises(ValueError, match="single_pass=True needs one epoch"):
+            takes_rollout_pass(cfg, 4, True)
 
+
+def _batches3(policy):
+    """Three batches of rows with different prompt and answer lengths (the last of two rows)."""
+    tok = policy.tokenizer
+    q = [tok("import numpy", add_special_tokens=False)["input_ids"], [5, 6, 7, 8], [9, 10]]
+    r = [[10, 11, 12], [13, 14], [15, 16, 17, 18]]
+    pad = tok.pad_token_id
+    return [
+        PPOBatch.from_lists(q, r, [1.0, -0.5, 0.3], pad),
+        PPOBatch.from_lists(q[::-1], r, [0.25, 2.0, -1.0], pad),
+        PPOBatch.from_lists(q[:2], r[:2], [-1.0, 0.5], pad),
+    ]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(micro_batch_size=2),
+        dict(micro_batch_size=2, lora_rank=4),
+        dict(gamma=0.9, lam=0.8, whiten_advantages=False),
+        dict(micro_batch_size=1, gamma=0.9, lam=0.8, entropy_coef=0.1, max_grad_norm=0.01),
+    ],
+    ids=["micro-2-of-3", "micro-2-of-3-lora", "single-discounted", "micro-1-clipped"],
+)
+def test_the_rollout_pass_equals_the_general_path(tiny_model_dir, tiny_policy, settings):
+    """Three steps on batches of three and two rows with different lengths: the path the
+    defaults take (the rollout pass: uneven micro-batches, one micro-batch, the gradient
+    clipped, discounted unwhitened advantages) gives the statistics and parameters of the
+    general path."""
+    cfg = PPOConfig(actor_lr=3e-3, critic_lr=3e-3, kl_coef=0.5, **settings)
+    batches = _batches3(tiny_policy)
+    (s1, p1, c1), (s2, p2, c2) = (_steps(tiny_model_dir, cfg, batches, x) for x in (False, None))
+    assert c2["critic"] < c1["critic"]  # the default took the rollout pass
+    assert abs(s1[1]["kl"]) > 1e-4 and abs(s1[1]["value_mean"]) > 1e-4  # later steps test them
+    assert s1[-1]["vf_loss"] > 1e-4 and s1[-1]["critic_grad_norm"] > 1e-4
+    _assert_same_steps(s1, p1, s2, p2)
+
+
+def _seq_logps(trainer, batch):
     with torch.no_grad():
-        logits = _response_logits(trainer.actor, batch, trainer.temperature)
+        logits = response_logits(trainer.actor, batch, trainer.temperature)
         lp = logprobs_from_logits(logits, batch.response_ids)
     return (lp * batch.response_mask).sum(1)
 
@@ -362,15 +289,11 @@ def dropout_model_dir(tmp_path_factory):
 
 
 def _load(model_dir, dtype=torch.float32):
-    from rpg_llm.learner.policy import load_policy
-
     return load_policy(str(model_dir), device="cpu", dtype=dtype)
 
 
 def _sampled_batch(pol, seed=1, max_new_tokens=16):
     """Responses sampled at T 0.7, top-k 20, top-p 0.8 for prompts of different lengths."""
-    from rpg_llm.learner.policy import chat_prompt_ids, generate
-
     tok = pol.tokenizer
     prompts = ["write code", "hi", "import numpy as np and pandas as pd, then fit a model"]
     q = [chat_prompt_ids(tok, p) for p in prompts]
@@ -398,8 +321,6 @@ def test_training_logprobs_equal_the_samplers_at_its_temperature(
 ):
     """Old (rollout-time), reference and actor log-probs of each sampled token equal the
     sampler's own log-prob at T to 1e-5 (float64 model); the raw-logit convention misses."""
-    from rpg_llm.learner.ppo import _response_logits, _update_mode
-
     pol = _load(dropout_model_dir, torch.float64)
     gen, batch = _sampled_batch(pol)
     assert len(gen.logprobs) == 3
@@ -408,8 +329,8 @@ def test_training_logprobs_equal_the_samplers_at_its_temperature(
     roll = trainer._rollout_stats(batch)
     sampler = _padded(gen.logprobs, roll["old_logprobs"])
     mask = batch.response_mask.bool()
-    with _update_mode(trainer.actor):  # the actor's forward of the update, with gradients
-        logits = _response_logits(trainer.actor, batch, trainer.temperature)
+    with update_mode(trainer.actor):  # the actor's forward of the update, with gradients
+        logits = response_logits(trainer.actor, batch, trainer.temperature)
         actor_lp = logprobs_from_logits(logits, batch.response_ids)
     assert actor_lp.requires_grad
     for name, lp in [
@@ -441,10 +362,8 @@ def test_lr_zero_gives_ratio_one_and_zero_kl_with_dropout_in_the_config(
     """Dropout 0.1 in the config: at lr 0 the update's ratio is exactly 1, approx-KL and clip
     fraction 0, over two epochs of single-sample mini-batches. In train mode (the old update,
     parametrised) dropout makes the ratio differ from 1 and the test's assertion fail."""
-    import rpg_llm.learner.ppo as ppo
-
     if mode == "old-train":
-        monkeypatch.setattr(ppo, "_update_mode", _old_train_mode)
+        monkeypatch.setattr(ppo, "update_mode", _old_train_mode)
     pol = _load(dropout_model_dir)
     assert pol.model.config.attention_dropout == 0.1
     _, batch = _sampled_batch(pol)
@@ -463,8 +382,6 @@ def test_lr_zero_gives_ratio_one_and_zero_kl_with_dropout_in_the_config(
 def test_update_mode_keeps_gradient_checkpointing(dropout_model_dir):
     """Eval mode must not switch gradient checkpointing off: with it on, the attention modules
     run again in the backward pass (the recomputation)."""
-    from rpg_llm.learner.ppo import _response_logits, _update_mode
-
     calls = {}
     for ckpt in (False, True):
         pol = _load(dropout_model_dir)
@@ -480,8 +397,8 @@ def test_update_mode_keeps_gradient_checkpointing(dropout_model_dir):
         assert attn
         for m in attn:
             m.register_forward_hook(count)
-        with _update_mode(pol.model):
-            logits = _response_logits(pol.model, batch, SAMPLE_T)
+        with update_mode(pol.model):
+            logits = response_logits(pol.model, batch, SAMPLE_T)
             logits.sum().backward()
         assert not pol.model.training  # modes restored? (eval before, eval after)
         calls[ckpt] = n[0]
@@ -490,9 +407,7 @@ def test_update_mode_keeps_gradient_checkpointing(dropout_model_dir):
 
 def test_update_mode_restores_modes(tiny_model_dir):
     model = _fresh_actor(tiny_model_dir).train()
-    from rpg_llm.learner.ppo import _update_mode
-
-    with _update_mode(model):
+    with update_mode(model):
         assert not any(m.training for m in model.modules())
     assert all(m.training for m in model.modules())
 

@@ -7,7 +7,7 @@ import fixtures_llm
 import pytest
 import torch
 
-from rpg_llm.learner.ppo import PPOBatch, _position_ids, _response_logits
+from rpg_llm.learner.forward import PPOBatch, position_ids, response_logits
 from rpg_llm.learner.sft import SFTExample, _collate, _loss_sum, tokenize_example
 
 tiny_model_dir = fixtures_llm.tiny_model_dir
@@ -40,12 +40,12 @@ def test_response_logits_equal_the_full_logits_slice(tiny_policy):
     model = tiny_policy.model.eval()
     Q, R = batch.query_ids.shape[1], batch.response_ids.shape[1]
     with torch.no_grad():
-        got = _response_logits(model, batch, T)
+        got = response_logits(model, batch, T)
         mask = batch.attention_mask
         full = model(
             input_ids=batch.input_ids,
             attention_mask=mask,
-            position_ids=_position_ids(mask),
+            position_ids=position_ids(mask),
             use_cache=False,
         ).logits
     assert got.shape == (2, R, full.shape[-1])

@@ -3,12 +3,15 @@ ranking x training reward (rpg_llm.loop.rewards), on hand-made outcomes and a ha
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pytest
 
-from rpg_llm.config import LoopConfig, apply_flags
+from rpg_llm.config import LoopConfig, RewardConfig
+from rpg_llm.flags import apply_flags
 from rpg_llm.loop.buffer import SampleBuffer
-from rpg_llm.loop.rewards import RewardConfig, step_rewards
+from rpg_llm.loop.rewards import step_rewards
 from testkit.samples import toy_sample
 
 RAW = np.array([0.8, -10.0, 0.9, 0.5])
@@ -99,17 +102,26 @@ def test_the_run_folder_records_the_arm_and_old_records_read_right(tmp_path):
     curve; a record whose label names only the method is read by its reward section."""
     from types import SimpleNamespace
 
+    from rpg_llm.env.types import Task
+    from rpg_llm.loop.backends import default_backends
     from rpg_llm.loop.budget import run_label
     from rpg_llm.loop.dist import Dist
-    from rpg_llm.loop.runfolder import RunFolder
-    from rpg_llm.loop.setup import create_folder
+    from rpg_llm.loop.pipeline import RunEnv
 
     acc = SimpleNamespace(is_main_process=True, num_processes=1, process_index=0)
     acc.wait_for_everyone = lambda: None
-    cfg = LoopConfig(seed_buffer=True, reward=RewardConfig("vanilla", parent_rank="rate"))
-    folder = RunFolder(tmp_path / "run")
-    create_folder(folder, cfg, "churn-auc", Dist(acc))
-    stored = folder.load_config()
+    cfg = LoopConfig(
+        task="churn-auc",
+        sandbox="subprocess",
+        seed_buffer=True,
+        reward=RewardConfig("vanilla", parent_rank="rate"),
+    )
+    backends = default_backends(cfg)
+    stand_in = SimpleNamespace(id="churn-auc", own_rewards=lambda: None, description="")
+    backends.load_task = lambda task, root: cast(Task, stand_in)  # the folder needs its id only
+    env = RunEnv(cfg, tmp_path / "run", dist=Dist(acc), backends=backends)
+    env.close()
+    stored = env.folder.load_config()
     assert stored["label"] == "vanilla, parents by rate (seeded)"
     old = stored | {"label": "vanilla (seeded)"}  # a method-only label
     assert run_label(old) == "vanilla, parents by rate (seeded)"

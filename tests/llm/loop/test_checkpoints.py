@@ -10,13 +10,9 @@ import pytest
 import torch
 
 from rpg_llm.config import MAX_BATCH_SIZE, MAX_PPO_EPOCHS, PPOConfig
-from rpg_llm.learner.ppo import (
-    PPOBatch,
-    PPOTrainer,
-    _response_logits,
-    _response_values,
-    logprobs_from_logits,
-)
+from rpg_llm.learner.forward import response_logits, response_values
+from rpg_llm.learner.losses import logprobs_from_logits
+from rpg_llm.learner.ppo import PPOBatch, PPOTrainer
 
 tiny_model_dir = fixtures_llm.tiny_model_dir
 tiny_policy = fixtures_llm.tiny_policy
@@ -40,9 +36,9 @@ def _batch(policy, scores):
 def _outputs(trainer, batch):
     with torch.no_grad():
         lp = logprobs_from_logits(
-            _response_logits(trainer.actor, batch, trainer.temperature), batch.response_ids
+            response_logits(trainer.actor, batch, trainer.temperature), batch.response_ids
         )
-        return lp, _response_values(trainer.critic, batch)
+        return lp, response_values(trainer.critic, batch)
 
 
 def _trained(model_dir, policy, cfg):

@@ -9,7 +9,8 @@ import fixtures_llm
 import numpy as np
 import pytest
 
-from rpg_llm.config import LoopConfig, apply_flags
+from rpg_llm.config import LoopConfig
+from rpg_llm.flags import apply_flags
 from rpg_llm.loop.budget import budget_spent
 from rpg_llm.loop.buffer import SampleBuffer
 from testkit.samples import toy_sample
@@ -100,7 +101,7 @@ def _trainer(cfg, run_dir, monkeypatch, resume=False):
 
     trainer = Trainer(cfg, run_dir, resume=resume, progress=False)
     fake = iter([_outcome(0.5, t) for pair in DELTAS for t in pair])
-    trainer.backends.run_batch = lambda codes, *a: [next(fake) for _ in codes]
+    trainer.env.backends.run_batch = lambda codes, *a: [next(fake) for _ in codes]
     monkeypatch.setattr(
         "rpg_llm.loop.execution.parse_action", lambda *a, **k: Action("script", "print(1)\n")
     )
@@ -123,7 +124,7 @@ def test_a_run_stops_once_every_chain_has_used_its_budget(tiny_model_dir, tmp_pa
     again = _trainer(cfg, run, monkeypatch, resume=True)
     try:
         assert again.run() == []
-        assert sorted((s.step, s.row) for s in again.buffer.all()) == [
+        assert sorted((s.step, s.row) for s in again.env.buffer.all()) == [
             (k, r) for k in (1, 2, 3) for r in (0, 1)
         ]
     finally:

@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from rpg_llm.config import LoopConfig
+from rpg_llm.config import LoopConfig, RewardConfig
 from rpg_llm.env.execute import Outcome
 from rpg_llm.env.types import TaskRewards
 from rpg_llm.loop.accounting import Accounts, check_task_rewards
 from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.execution import execute_seeds, make_sample
-from rpg_llm.loop.rewards import INVALID_REWARD, RewardConfig
+from rpg_llm.loop.rewards import INVALID_REWARD
 
 # an AUC of 0.5 (chance) that beats 1 of 40 leaderboard entries
 CHANCE = Outcome("ok", 0.4, 0.5, 0.5, True, "score 0.5", 0.4, 0.025)

@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from rpg_llm.config import RewardConfig
 from rpg_llm.loop.recording import json_metrics, step_record
-from rpg_llm.loop.rewards import RewardConfig, step_rewards
+from rpg_llm.loop.rewards import step_rewards
 from rpg_llm.loop.rollout import Rollout
 from testkit.samples import toy_sample
 

@@ -14,13 +14,9 @@ import pytest
 import torch
 
 import rpg_llm.learner.sft
-from rpg_llm.learner.ppo import (
-    PPOBatch,
-    PPOConfig,
-    _response_logits,
-    _response_values,
-    logprobs_from_logits,
-)
+from rpg_llm.learner.forward import response_logits, response_values
+from rpg_llm.learner.losses import logprobs_from_logits
+from rpg_llm.learner.ppo import PPOBatch, PPOConfig
 from rpg_llm.loop import Trainer
 from rpg_llm.loop.warm_start import weights_digest
 from testkit.tiny_trainer import bbc_backends, tiny_edit_config
@@ -56,9 +52,9 @@ def _outputs(trainer, batch):
     with torch.no_grad():
         ref = ppo._rollout_stats(batch)["ref_logprobs"]
         lp = logprobs_from_logits(
-            _response_logits(ppo.actor, batch, ppo.temperature), batch.response_ids
+            response_logits(ppo.actor, batch, ppo.temperature), batch.response_ids
         )
-        return ref, lp, _response_values(ppo.critic, batch)
+        return ref, lp, response_values(ppo.critic, batch)
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4])
@@ -80,7 +76,7 @@ def test_resume_loads_the_sft_weights_instead_of_rerunning_the_sft(
         batch = _batch(trainer)
         ref0 = _outputs(trainer, batch)[0]
         trainer.ppo.step(batch)  # step 1's update, then its checkpoint
-        trainer.checkpoint(1)
+        trainer.checkpoint(1, last=False)
         before = _outputs(trainer, batch)
     finally:
         trainer.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rpg_llm.config import RewardConfig
 from rpg_llm.loop.rewards import (
-    RewardConfig,
     charged_time,
     improvement_bonus,
     relative_reward,

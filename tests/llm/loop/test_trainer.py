@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from rpg_llm.config import RewardConfig
 from rpg_llm.learner.ppo import PPOConfig
 from rpg_llm.loop import Backends, LoopConfig, SamplingConfig, Trainer, default_backends, train
-from rpg_llm.loop.rewards import RewardConfig
 
 # fixtures (pytest finds them by name in this module)
 tiny_model_dir = fixtures_llm.tiny_model_dir
@@ -155,7 +155,7 @@ def test_relative_reward_uses_the_current_step_estimate(tiny_model_dir, tmp_path
                 )
             return out
 
-        trainer.backends.run_batch = run_batch
+        trainer.env.backends.run_batch = run_batch
         # every response "contains" a script
         monkeypatch.setattr("rpg_llm.loop.execution.parse_action", _print_one)
         trainer.step(1)
@@ -170,7 +170,7 @@ def test_relative_reward_uses_the_current_step_estimate(tiny_model_dir, tmp_path
         np.testing.assert_allclose(
             seen[1].numpy(), [0.7 - rho2 * 10.0, 0.8 - rho2 * 2.0], rtol=1e-6
         )
-        assert trainer.accounts.rho_hat == pytest.approx(rho2)
+        assert trainer.env.accounts.rho_hat == pytest.approx(rho2)
     finally:
         trainer.close()
 
@@ -205,12 +205,12 @@ def test_seeds_feed_the_estimator_and_rpg_parents_use_it(tiny_model_dir, tmp_pat
             _cfg(tiny_model_dir, method), tmp_path / method, backends=b, progress=False
         )
         try:
-            trainer.seed_buffer()
-            trainer.rebuild()
-            assert trainer.accounts.rho_hat == pytest.approx((0.8 + 0.4) / (4.0 + 1.0))
-            assert trainer.accounts.best == pytest.approx(0.8)
-            prompts, parent_ids, _ = trainer.prompts()
-            codes = {s.id: s.code.strip() for s in trainer.step_samples(0)}
+            trainer.env.seed()
+            trainer.env.rebuild(1)
+            assert trainer.env.accounts.rho_hat == pytest.approx((0.8 + 0.4) / (4.0 + 1.0))
+            assert trainer.env.accounts.best == pytest.approx(0.8)
+            parent_ids = trainer.env.prompts(2, trainer.policy.tokenizer).parent_ids
+            codes = {s.id: s.code.strip() for s in trainer.env.step_samples(0)}
             order[method] = [codes[i] for i in parent_ids]
         finally:
             trainer.close()
@@ -245,11 +245,11 @@ def test_infra_samples_are_masked_from_ppo_and_the_estimator(tiny_model_dir, tmp
         seen = []
         monkeypatch.setattr(trainer.ppo, "step", lambda batch: seen.append(batch.scores) or {})
         fake = iter([("ok", 0.9, 3.0), ("infra", 0.0, 0.2), ("ok", 0.5, 1.0), ("ok", 0.8, 2.0)])
-        trainer.backends.run_batch = lambda codes, *a: [_outcome(*next(fake)) for _ in codes]
+        trainer.env.backends.run_batch = lambda codes, *a: [_outcome(*next(fake)) for _ in codes]
         monkeypatch.setattr("rpg_llm.loop.execution.parse_action", _print_one)
-        rec1 = trainer.step(1)
-        rec2 = trainer.step(2)
-        assert [s.status for s in trainer.step_samples(1)] == ["ok", "infra"]
+        rec1, _ = trainer.step(1)
+        rec2, _ = trainer.step(2)
+        assert [s.status for s in trainer.env.step_samples(1)] == ["ok", "infra"]
         assert (rec1.infra, rec2.infra) == (1, 0)
         # step 1: only slot 0 fed (0.9, 3 s): fewer than 2 slots, rho_hat stays 0
         assert rec1.rho_hat == 0.0

@@ -28,12 +28,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rpg_llm.env.execute import Outcome
+from rpg_llm.env.outcome import Outcome
 from rpg_llm.env.sandbox import make_sandbox
 from rpg_llm.env.sandbox.base import describe_exception
-from rpg_llm.env.sandbox.files import UnsafeFileError, copy_workdir_file, read_workdir_file
+from rpg_llm.env.sandbox.files import (
+    UnsafeFileError,
+    copy_workdir_file,
+    open_workdir_file,
+    read_workdir_file,
+)
 from rpg_llm.env.tasks.nanogpt.data import hash_files
 from rpg_llm.env.tasks.nanogpt.logparse import ValLine, check_cadence, parse_val_lines
 from rpg_llm.env.tasks.nanogpt.rewards import (
@@ -43,7 +48,9 @@ from rpg_llm.env.tasks.nanogpt.rewards import (
     vanilla_reward,
 )
 from rpg_llm.env.tasks.nanogpt.settings import NanoGPTSettings
-from rpg_llm.env.tasks.nanogpt.task import NanoGPTTask
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: the task runs its attempts through here
+    from rpg_llm.env.tasks.nanogpt.task import NanoGPTTask
 
 __all__ = ["NanoGPTOutcome", "Verdict", "launcher_code", "grade_log", "run_attempt", "run_batch"]
 
@@ -56,7 +63,7 @@ MAX_CHECKPOINT_BYTES = 4 * 2**30
 
 @dataclass(frozen=True)
 class NanoGPTOutcome(Outcome):
-    """One graded attempt: an :class:`rpg_llm.env.execute.Outcome` with the speedrun's rewards.
+    """One graded attempt: an :class:`rpg_llm.env.outcome.Outcome` with the speedrun's rewards.
 
     The inherited fields: ``status`` is ``"ok"`` (valid, including a valid timeout) |
     ``"invalid"`` | ``"timeout"`` | ``"oom"`` | ``"error"`` | ``"infra"`` (the set-up, not the
@@ -255,8 +262,6 @@ def _hash_workdir_copy(workdir: Path, task: NanoGPTTask) -> dict[str, str]:
 def _checkpoint_problem(workdir: Path) -> str | None:
     """``None`` when ``workdir / CHECKPOINT`` is absent or a plain file of bounded size; else why
     it is refused (a link, FIFO, device, folder, or too large)."""
-    from rpg_llm.env.sandbox.files import open_workdir_file
-
     try:
         os.close(open_workdir_file(workdir, CHECKPOINT, MAX_CHECKPOINT_BYTES))
     except UnsafeFileError as exc:
@@ -377,7 +382,7 @@ def run_batch(
     timeout_s: float | None = None,
     executor: Any = None,
 ) -> list[NanoGPTOutcome]:
-    """``run_attempt`` over a batch (same signature as ``rpg_llm.env.execute.run_batch``).
+    """``run_attempt`` over a batch (same signature as ``rpg_llm.env.tasks.runner.run_batch``).
 
     Args:
       codes: B scripts.  task, sandbox, timeout_s: as in ``run_attempt``.

@@ -11,21 +11,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rpg_llm.env.tasks.nanogpt.data import hash_files
+from rpg_llm.env.tasks.nanogpt.settings import SPEEDRUN
+from rpg_llm.env.tasks.nanogpt.task import NanoGPTTask, describe_speedrun
+
 __all__ = [
     "SHARD_MAGIC",
+    "SPEEDRUN_DATA_ENV",
+    "SPEEDRUN_GPUS",
+    "SPEEDRUN_ID",
     "check_speedrun_setup",
     "fineweb_dir",
     "budget_curve",
+    "load_speedrun_task",
     "loss_chains",
 ]
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
+
+SPEEDRUN_ID = SPEEDRUN.name
+"""The task id of the speedrun (``"nanogpt-speedrun"``)."""
+
+SPEEDRUN_GPUS = 8
+"""Processes per node of the speedrun (one per CUDA GPU)."""
+
+SPEEDRUN_DATA_ENV = "RPG_NANOGPT_DATA"
+"""The environment variable a launcher reads the FineWeb shard folder from (``--data-root``)."""
 
 
 def fineweb_dir(data_root: Path) -> Path | None:
@@ -173,7 +191,7 @@ def load_speedrun_task(
     nproc: int = 8,
     gpus: int | None = None,
     cache_dir: Path | str | None = None,
-) -> Any:
+) -> NanoGPTTask:
     """The ``nanogpt-speedrun`` task on the user's checkout and shards (checked first).
 
     The checkout is the attempt's read-only ``./input`` (on ``PYTHONPATH``, so a record script's
@@ -193,12 +211,6 @@ def load_speedrun_task(
     Raises:
       ValueError: as ``check_speedrun_setup``.
     """
-    from dataclasses import replace
-
-    from rpg_llm.env.tasks.nanogpt.data import hash_files
-    from rpg_llm.env.tasks.nanogpt.settings import SPEEDRUN
-    from rpg_llm.env.tasks.nanogpt.task import NanoGPTTask, describe_speedrun
-
     check_speedrun_setup(speedrun_dir, data_root, nproc, gpus)
     sdir = Path(speedrun_dir).expanduser().resolve()
     root = Path(data_root).expanduser().resolve()

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from rpg_llm.env.sandbox import BatchExecutor, Sandbox
+from rpg_llm.env.tasks.format import default_data_root
+from rpg_llm.env.tasks.nanogpt import env
 from rpg_llm.env.tasks.nanogpt.data import (
     GUARD_DIR,
     GUARD_FILES,
@@ -14,6 +16,7 @@ from rpg_llm.env.tasks.nanogpt.data import (
     build_cpu_data,
     hash_files,
 )
+from rpg_llm.env.tasks.nanogpt.rewards import rate_reward, vanilla_reward
 from rpg_llm.env.tasks.nanogpt.settings import NanoGPTSettings, cpu_settings
 from rpg_llm.env.types import TaskRewards
 
@@ -49,19 +52,19 @@ class NanoGPTTask:
     env: tuple[tuple[str, str], ...] = ()
 
     def run_batch(
-        self, codes: Sequence[str], sandbox: Any, timeout_s: float, executor: Any = None
-    ) -> list[Any]:
+        self,
+        codes: Sequence[str],
+        sandbox: Sandbox | str,
+        timeout_s: float,
+        executor: BatchExecutor | None = None,
+    ) -> list[env.NanoGPTOutcome]:
         """Run ``codes`` as attempts (:func:`rpg_llm.env.tasks.nanogpt.env.run_batch`)."""
-        from rpg_llm.env.tasks.nanogpt.env import run_batch
-
-        return list(run_batch(codes, self, sandbox, timeout_s, executor))
+        return list(env.run_batch(codes, self, sandbox, timeout_s, executor))
 
     def own_rewards(self) -> TaskRewards:
         """The speedrun's rewards for this task's target val loss (paper section 5.2): the
         estimator is fed ``rate_reward``; vanilla gets ``vanilla_reward`` (invalid: -3000); the
         RPG arm's raw reward is the stored ``rpg_reward`` (its own +5 bonus included)."""
-        from rpg_llm.env.tasks.nanogpt.rewards import rate_reward, vanilla_reward
-
         target = self.settings.target_loss
         return TaskRewards(
             rate=rate_reward,
@@ -121,8 +124,6 @@ def load_task(
     """
     if name not in TASK_IDS:
         raise ValueError(f"unknown NanoGPT task {name!r}; expected one of {TASK_IDS}")
-    from rpg_llm.env.tasks.format import default_data_root
-
     settings = settings or cpu_settings()
     root = Path(data_root) if data_root else default_data_root()
     public, private = build_cpu_data(root, settings)

@@ -25,12 +25,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rpg_llm.config import LoopConfig
+from rpg_llm.env.tasks.nanogpt.speedrun import SPEEDRUN_DATA_ENV
 from rpg_llm.learner.models import resolve_model
 
 __all__ = ["Preset", "PRESETS", "DEFAULT_PRESET", "BASE", "get_preset", "missing_resources"]
 
 MLEBENCH_ENV = "RPG_MLEBENCH_DATA"
-NANOGPT_ENV = "RPG_NANOGPT_DATA"
+NANOGPT_ENV = SPEEDRUN_DATA_ENV
 
 BASE = LoopConfig()
 """The base every preset is a typed ``dataclasses.replace`` of (the dataclass defaults)."""

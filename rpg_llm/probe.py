@@ -197,8 +197,7 @@ def probe(
         raise ValueError(f"{run_dir}: no checkpoint to probe (nothing in {where})")
     backends = backends or default_backends(cfg)
     task = backends.load_task(cfg.task, cfg.data_root)
-    capacity = cfg.buffer_capacity_factor * cfg.batch_size
-    buffer = backends.buffer_cls(folder.buffer_path, capacity=capacity)
+    buffer = backends.buffer_cls(folder.buffer_path)
     try:
         chosen = fixed_parents(buffer.step_samples(cfg.name, 0), parents, cfg.action)
     finally:

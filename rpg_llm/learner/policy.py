@@ -123,7 +123,7 @@ class Generation:
         logprobs: per prompt, the log-probability of each response token under the sampler's
             model at the sampling temperature, ``log_softmax(logits / T)`` over the full
             vocabulary (not renormalised over the top-k / top-p set: the convention of
-            :mod:`rpg_llm.learner.ppo`, which computes the training log-probs the same way); one
+            :mod:`rpg_llm.learner.forward`, which computes the training log-probs the same way); one
             float
             per token of ``response_ids``, computed in float32 (float64 for a float64 model).
     """

@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_llm.env import tasks
 from rpg_llm.env.actions import (
     ACTION_FORMATS,
     apply_edit,
@@ -46,6 +48,15 @@ from rpg_llm.env.actions import (
     switch_changed,
 )
 from rpg_llm.env.prompts import BASELINE_OUTCOME, base_prompt, edit_prompt
+from rpg_llm.learner.forward import update_mode
+from rpg_llm.learner.memory import release_host_memory
+from rpg_llm.learner.policy import (
+    DEFAULT_MODEL,
+    chat_prompt_ids,
+    generate,
+    load_policy,
+    resolve_model,
+)
 
 __all__ = [
     "SFTExample",
@@ -266,7 +277,6 @@ def tokenize_example(
     ids); the answer is tokenized without special tokens and closed with the tokenizer's EOS,
     so the model learns to stop where the sampler stops.
     """
-    from rpg_llm.learner.policy import chat_prompt_ids
 
     prompt_ids = chat_prompt_ids(tokenizer, example.prompt, max_prompt_tokens)
     answer_ids = tokenizer(example.answer, add_special_tokens=False)["input_ids"]
@@ -428,8 +438,6 @@ def sft_warm_start(
     Raises:
         ValueError: ``steps < 0``, ``batch_size < 1``, ``lr <= 0`` or no / malformed examples.
     """
-    from rpg_llm.learner.forward import update_mode
-    from rpg_llm.learner.memory import release_host_memory
 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an int >= 0, got {steps!r}")
@@ -523,7 +531,6 @@ def format_rates(
     Raises:
         ValueError: ``prompts`` and ``parents`` differ in length or are empty.
     """
-    from rpg_llm.learner.policy import chat_prompt_ids, generate
 
     if not prompts or len(prompts) != len(parents):
         raise ValueError(
@@ -566,10 +573,6 @@ def _main(argv: Sequence[str] | None) -> int:
     import sys
     import tempfile
     from pathlib import Path
-
-    from rpg_core.cli import ArgumentParser, UsageError
-    from rpg_llm.env import tasks
-    from rpg_llm.learner.policy import DEFAULT_MODEL, load_policy, resolve_model
 
     p = ArgumentParser(
         prog="python -m rpg_llm.learner.sft",
@@ -723,7 +726,6 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m rpg_llm.learner.sft``: see :func:`_main`'s ``--help``."""
-    from rpg_core.cli import run_cli
 
     return run_cli("python -m rpg_llm.learner.sft", _main, argv)
 

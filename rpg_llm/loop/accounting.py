@@ -1,11 +1,14 @@
 """Accounting stage: estimator refit + rewards -> StepRewards (paper Algorithm 1, lines 9-10).
 
-Slot ``i % S`` accumulates the raw reward and the charged time of batch row ``i`` (never reset;
-DESIGN.md section 4); the NIW estimator is refitted on the slot sums after every step and gives
-that step's ``rho_hat``; rewards are then relative (RPG) or raw (vanilla), plus the improvement
-bonus (:mod:`rpg_llm.loop.rewards`); a task with rewards of its own (``Task.own_rewards``, e.g.
-a val loss against a target) replaces the raw reward the slots get, the vanilla reward and the
-bonus (:class:`rpg_llm.env.types.TaskRewards`). Samples whose status is
+Slot ``i % S`` accumulates, for batch row ``i`` (never reset; DESIGN.md sections 4 and 7,
+reference facts), the sample's score (its raw reward; 0 for an invalid sample) and its
+*measured* time ``max(delta, 0.1 s)``: the ``-10`` and the full-timeout charge of an invalid
+sample enter only the reward PPO trains on, never the estimator. The NIW estimator is refitted
+on the slot sums after every step and gives that step's ``rho_hat``; rewards are then relative
+(RPG) or raw (vanilla), plus the improvement bonus (:mod:`rpg_llm.loop.rewards`). A task with
+rewards of its own (``Task.own_rewards``, e.g. a val loss against a target) feeds the slots its
+own rate reward and charged time, and gives the vanilla reward and the bonus
+(:class:`rpg_llm.env.types.TaskRewards`). Samples whose status is
 ``infra`` (the sandbox, grader set-up or machine failed, not the script) feed neither the slots
 nor the best score.
 """
@@ -62,7 +65,7 @@ class RateTracker:
         return float(self.state.rho_hat)
 
     def refit(self, step: int, rows: list[int], raw: np.ndarray, times: np.ndarray) -> float:
-        """Add row ``rows[k]``'s raw reward and charged time (seconds) to its slot, refit, and
+        """Add row ``rows[k]``'s fed reward and time (seconds) to its slot, refit, and
         return ``rho_hat`` (reward per second).
 
         Raises:
@@ -150,6 +153,17 @@ class Accounts:
         rows = [s.row for s, k in zip(samples, keep, strict=True) if k]
         return self.rates.refit(step, rows, rate[keep], times[keep])
 
+    def fed(
+        self, rate: np.ndarray, valid: np.ndarray, delta: np.ndarray, charged: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """What the slots get of a step, ``([B] rewards, [B] seconds)`` (module docstring): the
+        score and measured time ``max(delta, floor)``, an invalid sample's score 0; a task with
+        rewards of its own: its rate reward and the ``charged`` time."""
+        if self.task_rewards is not None:
+            return rate, charged
+        measured = np.maximum(delta, self.cfg.time_floor_s)
+        return np.where(valid, rate, 0.0), measured
+
     def feed_seeds(self, step: int, seeds: list[Sample]) -> None:
         """The seed solutions are historical samples: they set the best score and feed the
         slots (seed ``i`` into slot ``i % S``), so ``rho_hat`` before step 1 comes from them
@@ -157,7 +171,7 @@ class Accounts:
         if not seeds:
             return
         raw, rate, valid, delta = self._arrays(seeds)
-        self._feed(step, seeds, rate, charged_time(valid, delta, self.cfg))
+        self._feed(step, seeds, *self.fed(rate, valid, delta, charged_time(valid, delta, self.cfg)))
         if valid.any():
             self.best = max(self.best, float(raw[valid].max()))
 
@@ -168,7 +182,7 @@ class Accounts:
         on a new best (:func:`rpg_llm.loop.rewards.step_rewards`)."""
         raw, rate, valid, delta = self._arrays(samples)
         times = charged_time(valid, delta, self.cfg)
-        rho = self._feed(step, samples, rate, times)
+        rho = self._feed(step, samples, *self.fed(rate, valid, delta, times))
         sr = step_rewards(raw, valid, delta, rho, self.best, self.cfg, times=times)
         self.best = sr.best
         if valid.any():

@@ -30,7 +30,7 @@ class Backends:
         make_executor: ``(kind, workers) -> executor`` with ``map`` (and optional ``shutdown``).
         run_batch: ``(codes, task, sandbox, timeout_s, executor) -> [Outcome]`` (default: the
             task's own ``run_batch``).
-        buffer_cls: ``(path, capacity) -> SampleBuffer``; sample_cls: the buffer's ``Sample``.
+        buffer_cls: ``path -> SampleBuffer``; sample_cls: the buffer's ``Sample``.
         estimator: module with ``init_state`` and ``refit`` (rpg_llm.loop.estimator's contract).
     """
 

@@ -101,7 +101,7 @@ def read_chains(run_dir: str | Path) -> list[Chain]:
         raise ValueError(f"{folder.root} is not a run folder (needs config.json and buffer.sqlite)")
     config = folder.load_config()
     label = run_label(config)
-    with SampleBuffer(folder.buffer_path, capacity=1) as buf:
+    with SampleBuffer(folder.buffer_path) as buf:
         samples = buf.by_row(min_step=1)
     if not samples:
         raise ValueError(f"{folder.root} has no training samples yet")

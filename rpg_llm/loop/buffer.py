@@ -1,13 +1,12 @@
 """Durable sample buffer: every generated script and its outcome, in SQLite (WAL journal).
 
 Paper section 4 (Algorithm 1): each step stores the action a_t (the script), its duration delta
-and reward r in the buffer B; the next prompts improve on parents drawn from B by top-k relative
-reward ``raw_reward - rho_hat * exec_time`` (vanilla RL: raw reward).  DESIGN section 7: B parents
-per step, capacity 10 B, deterministic, cycling when short.
+and reward r in the buffer B. This is the durable store of every sample; the parents of the next
+prompts come from a view over it, the parent buffer (:class:`rpg_llm.loop.parents.ParentPool`).
 
 Durability: one transaction per ``add_many`` (``BEGIN IMMEDIATE`` ... ``COMMIT``) with
 ``synchronous=FULL``, so a process killed at any moment (even SIGKILL) loses no committed sample
-and leaves no partial row; history is never deleted, ``capacity`` only limits the active set.
+and leaves no partial row; history is never deleted.
 A sample is identified by ``(run, step, row)``: the database refuses a second one (a UNIQUE
 index), so two processes replaying the same step cannot both store it.
 """
@@ -17,14 +16,10 @@ from __future__ import annotations
 import math
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-
-from rpg_llm.loop.rewards import relative_reward
 
 SAMPLE_STATUSES = ("ok", "timeout", "oom", "error", "invalid", "infra")
 
@@ -112,25 +107,20 @@ def _check(s: Sample) -> None:
 
 
 class SampleBuffer:
-    """SQLite-backed buffer of every sample, with a bounded active set for parent selection.
+    """SQLite-backed store of every sample of a run folder (all runs and steps).
 
     Args:
       path: database file (created with its folder if missing; reopening resumes).
-      capacity: size of the active set, the most recent ``capacity`` samples of a run (and task,
-        when given) by insertion order; DESIGN section 7 uses 10 B.  Older samples stay stored.
 
     Raises:
-      ValueError: ``capacity < 1``; the file is not a usable SQLite sample buffer, or it holds
-        two samples with the same ``(run, step, row)`` (the message names the file).
+      ValueError: the file is not a usable SQLite sample buffer, or it holds two samples with the
+        same ``(run, step, row)`` (the message names the file).
 
     Thread-safe (one connection behind a lock); several processes may read while one writes.
     """
 
-    def __init__(self, path: Path, capacity: int) -> None:
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+    def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.capacity = capacity
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(
@@ -212,52 +202,6 @@ class SampleBuffer:
             conds.append("task = ?")
             params.append(task)
         return (" WHERE " + " AND ".join(conds)) if conds else "", params
-
-    def active(self, run: str | None = None, task: str | None = None) -> list[Sample]:
-        """The active set: the last ``capacity`` samples (of ``run`` / ``task`` if given), by id."""
-        where, params = self._where(run, task)
-        rows = self._query(
-            f"SELECT id, {', '.join(_COLUMNS)} FROM samples{where} ORDER BY id DESC LIMIT ?",
-            [*params, self.capacity],
-        )
-        return [self._sample(r) for r in reversed(rows)]
-
-    def top(
-        self,
-        k: int,
-        rho: float | None,
-        *,
-        run: str | None = None,
-        task: str | None = None,
-        eligible: Callable[[Sample], bool] | None = None,
-    ) -> list[Sample]:
-        """The ``k`` parents for the next prompts.
-
-        Ranks the active set by ``raw_reward - rho * exec_time`` (``rho=None``: ``raw_reward``;
-        :func:`rpg_llm.loop.rewards.relative_reward`, the formula the RPG arm trains on),
-        highest first, ties broken by smaller id (older sample first).  When the active set holds
-        fewer than ``k`` samples the ranking repeats cyclically to length ``k``; an empty buffer
-        gives ``[]``.  ``eligible`` (optional) keeps only the active samples it accepts (e.g.
-        scripts the edit answer format can edit), unless it accepts none: then all stay.
-
-        Raises:
-          ValueError: ``k < 0`` or ``rho`` not a finite number.
-        """
-        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-            raise ValueError(f"k must be an int >= 0, got {k!r}")
-        if rho is not None and (not isinstance(rho, int | float) or not math.isfinite(rho)):
-            raise ValueError(f"rho must be a finite number or None, got {rho!r}")
-        pool = self.active(run, task)
-        if not pool or k == 0:
-            return []
-        if eligible is not None:
-            pool = [s for s in pool if eligible(s)] or pool
-        r = 0.0 if rho is None else float(rho)
-        raw = np.array([s.raw_reward for s in pool], dtype=np.float64)
-        keys = relative_reward(raw, np.array([s.exec_time for s in pool]), r)
-        order = sorted(range(len(pool)), key=lambda i: (-keys[i], pool[i].id))
-        ranked = [pool[i] for i in order]
-        return [ranked[i % len(ranked)] for i in range(k)]
 
     def get(self, sample_id: int) -> Sample:
         """The sample with this id.

@@ -43,6 +43,7 @@ from rpg_llm.loop.budget import run_label, stop_reason
 from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.dist import Dist
 from rpg_llm.loop.execution import execute_rows, execute_seeds, rollout_actions
+from rpg_llm.loop.parents import ParentPool
 from rpg_llm.loop.recording import Console, Recorder, StepRecord, step_record
 from rpg_llm.loop.rewards import StepRewards
 from rpg_llm.loop.rollout import Rollout, make_prompts
@@ -244,10 +245,10 @@ class RunEnv:
             self._create_folder()
         self.recorder = Recorder(self.folder, dist.main, dist.rank)
         log.info("run %s: %s", self.folder.root, json.dumps(cfg.to_dict(), default=str))
-        capacity = cfg.buffer_capacity_factor * cfg.batch_size
-        buffer = self.backends.buffer_cls(self.folder.buffer_path, capacity) if dist.main else None
+        buffer = self.backends.buffer_cls(self.folder.buffer_path) if dist.main else None
         dist.barrier()  # the main process makes the database, the others open it after
-        self.buffer = buffer or self.backends.buffer_cls(self.folder.buffer_path, capacity)
+        self.buffer = buffer or self.backends.buffer_cls(self.folder.buffer_path)
+        self.parents = ParentPool(cfg.buffer_capacity_factor * cfg.batch_size)
         self.sandbox = self.backends.make_sandbox(cfg.sandbox)
         limits = getattr(self.sandbox, "limits", None)
         if dist.main and limits is not None and remove_stale_workdirs(limits.workdir_root):
@@ -285,6 +286,12 @@ class RunEnv:
         """The stored samples of ``step`` of this run, in row order."""
         return self.buffer.step_samples(self.cfg.name, step)
 
+    def ranking_price(self) -> float | None:
+        """The price of time parents are ranked and kept by, reward per second
+        (:meth:`rpg_llm.config.RewardConfig.ranking_rho` of the current ``rho_hat``; None: the
+        raw reward)."""
+        return self.cfg.reward.ranking_rho(self.accounts.rho_hat)
+
     # -- start and resume --------------------------------------------------------------------
 
     def seed(self) -> int:
@@ -304,20 +311,22 @@ class RunEnv:
         return n
 
     def rebuild(self, start_step: int) -> None:
-        """Replay the slot sums, ``rho_hat`` and best score over the seeds and the steps
-        ``1 .. start_step - 1`` from the buffer (the same refits as the first time), and rewrite
-        ``samples.csv`` up to there.
+        """Replay the slot sums, ``rho_hat``, the best score and the parent buffer over the
+        seeds and the steps ``1 .. start_step - 1`` from the buffer (the same refits and trims as
+        the first time), and rewrite ``samples.csv`` up to there.
 
         Raises:
             RuntimeError: such a step does not hold ``batch_size`` samples.
         """
         seeds = self.step_samples(SEED_STEP)
         self.accounts.feed_seeds(SEED_STEP, seeds)
+        self.parents.add(seeds, self.ranking_price())
         for step in range(1, start_step):
             samples = self.step_samples(step)
             if len(samples) != self.cfg.batch_size:
                 raise RuntimeError(f"buffer holds {len(samples)} samples for checkpointed {step}")
             self.accounts.account(step, samples)
+            self.parents.add(samples, self.ranking_price())
         self.recorder.reset_samples(seeds, start_step - 1)
 
     def start(self, first_step: int, progress: bool, planned_steps: int | None = None) -> None:
@@ -331,17 +340,15 @@ class RunEnv:
     # -- the stages of a step ------------------------------------------------------------------
 
     def prompts(self, n: int, tokenizer: object) -> Prompts:
-        """The next ``n`` prompts: the buffer's top ``n`` parents at the arm's ranking price
-        (:meth:`rpg_llm.config.RewardConfig.ranking_rho` of the current ``rho_hat``), the base
-        prompt (the script format) or the baselines (the edit format) while it is empty
-        (:func:`rpg_llm.loop.rollout.make_prompts`). Main process."""
+        """The next ``n`` prompts: the parent buffer's top ``n`` at the arm's ranking price
+        (:meth:`ranking_price`), the base prompt (the script format) or the baselines (the edit
+        format) while it is empty (:func:`rpg_llm.loop.rollout.make_prompts`). Main process."""
         c = self.cfg
-        rho = c.reward.ranking_rho(self.accounts.rho_hat)
-        empty = not self.buffer.top(1, rho, run=c.name)
-        seeds = self.baselines() if empty else None
+        rho = self.ranking_price()
+        seeds = self.baselines() if not self.parents.nodes else None
         budget = c.sampling.max_prompt_tokens
         prompts, ids, codes = make_prompts(
-            self.buffer, c.name, n, rho, self.description, c.timeout_s, budget, tokenizer,
+            self.parents, n, rho, self.description, c.timeout_s, budget, tokenizer,
             action=c.action, baselines=seeds,
         )  # fmt: skip
         return Prompts(prompts, ids, codes)
@@ -379,9 +386,11 @@ class RunEnv:
 
     def score(self, step: int, samples: list[Sample], tokens: Sequence[int]) -> Scored:
         """Feed the step's samples, refit ``rho_hat`` and compute the rewards (one
-        :meth:`rpg_llm.loop.accounting.Accounts.account`); their ``samples.csv`` rows."""
+        :meth:`rpg_llm.loop.accounting.Accounts.account`); add its valid samples to the parent
+        buffer (trimmed at the new price); their ``samples.csv`` rows."""
         rho_parents = self.accounts.rho_hat
         sr = self.accounts.account(step, samples)
+        self.parents.add(samples, self.ranking_price())  # valid nodes, trimmed at the new price
         self.recorder.write_samples(samples, sr.rewards, list(tokens))
         return Scored(step, samples, sr, rho_parents, list(tokens))
 

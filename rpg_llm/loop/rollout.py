@@ -24,6 +24,7 @@ from rpg_llm.env.actions import editable_baselines, editable_constants
 from rpg_llm.env.outcome import RUN_TIME_RE
 from rpg_llm.env.prompts import BASELINE_OUTCOME, base_prompt, edit_prompt, improve_prompt
 from rpg_llm.learner.policy import chat_prompt_ids, generate
+from rpg_llm.loop.types import ParentSource
 
 __all__ = [
     "Rollout",
@@ -138,8 +139,7 @@ _LONG_OUTCOME = "score -0.000123457 (higher is better), beats 100% of the leader
 
 
 def make_prompts(
-    buffer: Any,
-    run: str,
+    parents: ParentSource,
     batch_size: int,
     rho: float | None,
     description: str,
@@ -160,8 +160,9 @@ def make_prompts(
         baselines: ``(name, code)`` of the task's baselines: the parents of the edit format's
             base prompt (read only while the buffer is empty).
 
-    Parents are ``buffer.top(B, rho)``; in the edit format only among the scripts that have
-    editable constants (all of them when none has).
+    Parents are ``parents.top(B, rho)`` (the parent buffer,
+    :class:`rpg_llm.loop.parents.ParentPool`); in the edit format only among the scripts that
+    have editable constants (all of them when none has).
 
     Raises:
         ValueError: edit format, empty buffer and no baseline with editable constants.
@@ -175,8 +176,8 @@ def make_prompts(
     # constant-prediction baseline, often the fastest and so RPG's first choice) would ask for
     # a whole script, which a short answer cap cannot hold
     eligible = (lambda s: bool(editable_constants(s.code))) if action == "edit" else None
-    parents = buffer.top(batch_size, rho, run=run, eligible=eligible)
-    if not parents:
+    chosen = parents.top(batch_size, rho, eligible=eligible)
+    if not chosen:
         if action != "edit":
             prompt = base_prompt(description, timeout_s)
             return [prompt] * batch_size, [None] * batch_size, [None] * batch_size
@@ -187,8 +188,8 @@ def make_prompts(
             for c in base_codes
         ]
         return prompts, [None] * batch_size, list[str | None](base_codes)
-    prompts = parent_prompts(parents, description, timeout_s, max_prompt_tokens, tokenizer, action)
-    return prompts, [p.id for p in parents], [p.code for p in parents]
+    prompts = parent_prompts(chosen, description, timeout_s, max_prompt_tokens, tokenizer, action)
+    return prompts, [p.id for p in chosen], [p.code for p in chosen]
 
 
 def parent_prompts(

@@ -16,26 +16,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from rpg_llm.loop.buffer import Sample
 
-__all__ = ["Buffer", "RateEstimator"]
+__all__ = ["Buffer", "ParentSource", "RateEstimator"]
 
 
 class Buffer(Protocol):
-    """Durable storage of every sample of a run, and parent selection (Algorithm 1)."""
+    """Durable storage of every sample of a run (Algorithm 1)."""
 
     def add_many(self, samples: Sequence[Sample]) -> list[int]:
         """Store ``samples`` at once (all or none); their new ids, in order."""
-        ...
-
-    def top(
-        self,
-        k: int,
-        rho: float | None,
-        *,
-        run: str | None = None,
-        task: str | None = None,
-        eligible: Callable[[Sample], bool] | None = None,
-    ) -> list[Sample]:
-        """The ``k`` parents by ``raw_reward - rho * exec_time`` (``rho=None``: raw reward)."""
         ...
 
     def get(self, sample_id: int) -> Sample:
@@ -55,6 +43,16 @@ class Buffer(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class ParentSource(Protocol):
+    """Where the next prompts' parents come from (:class:`rpg_llm.loop.parents.ParentPool`)."""
+
+    def top(
+        self, k: int, rho: float | None, *, eligible: Callable[[Sample], bool] | None = None
+    ) -> list[Sample]:
+        """The ``k`` parents by ``raw_reward - rho * exec_time`` (``rho=None``: raw reward)."""
+        ...
 
 
 class RateEstimator(Protocol):

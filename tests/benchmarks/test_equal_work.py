@@ -28,7 +28,7 @@ def test_seed_seconds_reads_ok_step0_scripts_of_a_real_buffer(tmp_path):
     def s(step, row, code, t, status="ok"):
         return Sample("r", step, row, "churn-auc", None, "h", code, "", 0.5, 0.5, t, status, 0.0)
 
-    with SampleBuffer(tmp_path / "buffer.sqlite", capacity=8) as buf:
+    with SampleBuffer(tmp_path / "buffer.sqlite") as buf:
         buf.add_many([s(0, 0, "x", 1.5), s(0, 1, "y", 2.5, "error"), s(1, 0, "z", 3.0)])
     assert equal_work.seed_seconds(tmp_path) == {0: ("x", 1.5)}
 

@@ -61,7 +61,7 @@ def _run(folder, metrics, parents=None):
             Sample("r", step, i, "t", parent, "h", code, text, None, 0.0, 1.0, "ok", 0.0)
             for i, (_, step, parent, code, text) in enumerate(parents)
         ]
-        with SampleBuffer(folder / "buffer.sqlite", capacity=8) as buf:
+        with SampleBuffer(folder / "buffer.sqlite") as buf:
             assert buf.add_many(samples) == [p[0] for p in parents]
     return folder
 

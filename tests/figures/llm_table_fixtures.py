@@ -60,7 +60,7 @@ def make_run(
         for row, chain in enumerate(rows):
             if step <= len(chain):
                 samples.append(_sample(config, step, row, *chain[step - 1]))
-    with SampleBuffer(folder.buffer_path, capacity=100) as buf:
+    with SampleBuffer(folder.buffer_path) as buf:
         buf.add_many(samples)
     for step in range(1, (steps or depth) + 1):
         folder.append_metrics({"step": step, "step_seconds": 100.0 * step})

@@ -28,7 +28,7 @@ def _run(tmp_path, name, method, rows):
     d = tmp_path / name
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"method": method, "seeded": True}))
-    buf = SampleBuffer(d / "buffer.sqlite", capacity=100)
+    buf = SampleBuffer(d / "buffer.sqlite")
     samples = [
         Sample(name, 0, 0, "t", None, "h", "seed", "ok", 5.0, 5.0, 100.0, "ok", 0.0)
     ]  # a seed sample: never part of a chain

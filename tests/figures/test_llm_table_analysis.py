@@ -85,7 +85,7 @@ def test_edit_rows_count_switches_dead_edits_and_time_ratios_on_a_hand_made_buff
     def run(name, samples):
         folder = RunFolder(tmp_path / name)
         folder.create({"task": "diamonds-price-rmse"})
-        with SampleBuffer(folder.buffer_path, capacity=10) as buf:
+        with SampleBuffer(folder.buffer_path) as buf:
             buf.add_many(samples)
         return folder.root
 

@@ -44,7 +44,7 @@ def _folder(path: Path, cfg: LoopConfig, metrics_steps: int = 0, rows=()) -> Run
     folder.create(cfg.to_dict() | {"competition": "toy", "seeded": False})
     for k in range(1, metrics_steps + 1):
         folder.append_metrics({"step": k})
-    with SampleBuffer(folder.buffer_path, capacity=8) as buf:
+    with SampleBuffer(folder.buffer_path) as buf:
         buf.add_many(
             [toy_sample(4 * step + row, 0.5, seconds, run=cfg.name) for step, row, seconds in rows]
         )

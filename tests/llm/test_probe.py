@@ -66,7 +66,7 @@ def test_probe_compares_the_two_policies_on_the_same_parents(tiny_model_dir, tmp
     backends = bbc_backends(SEEDS)
     monkeypatch.setattr(rpg_llm.loop.rollout, "generate", _scripted(_good_edit))
     train(cfg, run, backends=backends, progress=False)
-    before = SampleBuffer(run / "buffer.sqlite", capacity=100).all()
+    before = SampleBuffer(run / "buffer.sqlite").all()
 
     calls: list[int] = []
 
@@ -103,7 +103,7 @@ def test_probe_compares_the_two_policies_on_the_same_parents(tiny_model_dir, tmp
     summary = json.loads((run / "probe" / "probe.json").read_text())
     assert summary["policies"][0]["mean_time_s"] is None
     assert summary["parent_ids"] == sorted(s.id for s in seeds if s.id is not None)
-    after = SampleBuffer(run / "buffer.sqlite", capacity=100).all()
+    after = SampleBuffer(run / "buffer.sqlite").all()
     assert after == before  # the probe stores nothing
 
 

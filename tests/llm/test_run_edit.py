@@ -100,7 +100,7 @@ def test_both_arms_end_to_end_in_edit_mode(tiny_model_dir, tmp_path, monkeypatch
     assert calls == [0.9, 0.9]  # the sampler's temperature ...
     from rpg_llm.loop.buffer import SampleBuffer
 
-    samples = SampleBuffer(run / "buffer.sqlite", capacity=100).all()
+    samples = SampleBuffer(run / "buffer.sqlite").all()
     by_id = {s.id: s for s in samples}
     seeds = [s for s in samples if s.step == 0]
     assert sorted(s.code for s in seeds) == sorted(c for _, c in _baselines())

@@ -284,7 +284,7 @@ def test_budget_curves_of_a_nanogpt_run_folder(tmp_path):
         (3, 0, ls - 0.01, "ok", 20.0),
     ]
     spec += [(1, 1, ls - 0.02, "ok", 30.0), (2, 1, ls - 0.05, "ok", 40.0)]
-    with SampleBuffer(RunFolder(run).buffer_path, capacity=10) as buf:
+    with SampleBuffer(RunFolder(run).buffer_path) as buf:
         buf.add_many(
             [
                 Sample(

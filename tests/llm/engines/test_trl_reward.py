@@ -110,18 +110,21 @@ def rpg_run(tmp_path):
 
 
 def test_relative_rewards_exact_on_hand_made_outcomes(rpg_run):
-    """Step 1: a (0.9, 3 s), b (0.5, 1 s), c (error: -10 at the 30 s timeout), d (infra: None).
-    Slot sums after step 1: r = 0.9 + 0.5 - 10, t = 3 + 1 + 30 -> rho_1 = max(0, -8.6 / 34) = 0;
-    step 2: e, f, g, h all valid -> rho_2 = (-8.6 + 0.7 + 0.8 + 0.95 + 0.1) / (34 + 16.2)."""
+    """Step 1: a (0.9, 3 s), b (0.5, 1 s), c (error after 2 s), d (infra: None). The slots get
+    the scores and measured times, c's score 0 (DESIGN.md section 7): r = 0.9 + 0.5 + 0,
+    t = 3 + 1 + 2 -> rho_1 = 1.4 / 6; c's trained reward is -10 charged the 30 s timeout.
+    Step 2: e, f, g, h all valid -> rho_2 = (1.4 + 0.7 + 0.8 + 0.95 + 0.1) / (6 + 16.2); g beats
+    step 1's best 0.9: its bonus."""
     got1 = _score(rpg_run, ["a", "b", "c", "d"])
-    # rho_1 = 0: r + bonus (a and b beat -inf: both are new bests at step 1)
-    assert got1[:3] == pytest.approx([0.9 + IMPROVEMENT_BONUS, 0.5 + IMPROVEMENT_BONUS, -10.0])
+    rho1 = 1.4 / 6.0
+    want1 = [0.9 + IMPROVEMENT_BONUS - rho1 * 3.0, 0.5 + IMPROVEMENT_BONUS - rho1 * 1.0]
+    assert got1[:3] == pytest.approx([*want1, INVALID_REWARD - rho1 * TIMEOUT_S])
     assert got1[3] is None
     got2 = _score(rpg_run, ["e", "f", "g", "h"])
-    rho2 = (-8.6 + 0.7 + 0.8 + 0.95 + 0.1) / (34.0 + 10.0 + 2.0 + 4.0 + 0.2)
-    assert rho2 < 0 and rpg_run.env.accounts.rho_hat == 0.0  # still no positive rate
+    rho2 = (1.4 + 0.7 + 0.8 + 0.95 + 0.1) / (6.0 + 10.0 + 2.0 + 4.0 + 0.2)
+    assert rpg_run.env.accounts.rho_hat == pytest.approx(rho2)
     rows = [("e", 0.7, 10.0), ("f", 0.8, 2.0), ("g", 0.95, 4.0), ("h", 0.1, 0.2)]
-    want = [r - 0.0 * t + (IMPROVEMENT_BONUS if r > 0.9 else 0.0) for _, r, t in rows]
+    want = [r - rho2 * t + (IMPROVEMENT_BONUS if r > 0.9 else 0.0) for _, r, t in rows]
     assert got2 == pytest.approx(want)
     # stored: 8 samples, rows 0..3 of steps 1 and 2, infra kept with its status
     stored = rpg_run.env.step_samples(1) + rpg_run.env.step_samples(2)

@@ -155,10 +155,10 @@ def test_readme_trl_example_runs_as_written(tiny_model_dir, tmp_path):
 def test_engine_flag_errors_exit_2_with_one_line(flags, message, tmp_path, capsys, monkeypatch):
     """Refused before the model is resolved (a cold model cache once converted the default
     model's GGUF, printing its progress, before the error)."""
-    import rpg_llm.learner.policy as policy
+    import rpg_llm.launch as launch
 
     calls: list[str] = []
-    monkeypatch.setattr(policy, "resolve_model", lambda name, *a, **k: calls.append(name))
+    monkeypatch.setattr(launch, "resolve_model", lambda name, *a, **k: calls.append(name))
     out = tmp_path / "r"
     assert main([*flags, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

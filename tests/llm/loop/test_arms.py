@@ -11,6 +11,7 @@ import pytest
 from rpg_llm.config import LoopConfig, RewardConfig
 from rpg_llm.flags import apply_flags
 from rpg_llm.loop.buffer import SampleBuffer
+from rpg_llm.loop.parents import ParentPool
 from rpg_llm.loop.rewards import step_rewards
 from testkit.samples import toy_sample
 
@@ -57,12 +58,15 @@ def test_parent_ranking_of_each_arm_on_a_hand_made_buffer(tmp_path, method, rank
     """A: r 0.9 in 30 s; B: 0.6 in 1 s; C: 0.8 in 4 s. At rho_hat 0.05: A -0.6, B 0.55, C 0.6;
     at lambda 0.001: A 0.87, B 0.599, C 0.796; at lambda 0.1: A -2.1, B 0.5, C 0.4."""
     cfg = RewardConfig(method, parent_rank=rank, fixed_lambda=lam)
-    with SampleBuffer(tmp_path / "b.sqlite", capacity=8) as buf:
+    with SampleBuffer(tmp_path / "b.sqlite") as buf:
         ids = buf.add_many(
             [toy_sample(0, 0.9, 30.0), toy_sample(1, 0.6, 1.0), toy_sample(2, 0.8, 4.0)]
         )
-        names: dict[int | None, str] = dict(zip(ids, "ABC", strict=True))
-        top = buf.top(3, cfg.ranking_rho(0.05), run="r")
+        stored = [buf.get(i) for i in ids]
+    names: dict[int | None, str] = dict(zip(ids, "ABC", strict=True))
+    pool = ParentPool(8)
+    pool.add(stored, cfg.ranking_rho(0.05))
+    top = pool.top(3, cfg.ranking_rho(0.05))
     assert "".join(names[s.id] for s in top) == order
 
 

@@ -10,8 +10,6 @@ import sys
 import textwrap
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from rpg_llm.loop.buffer import Sample, SampleBuffer, read_samples
 from testkit.samples import toy_sample
@@ -21,7 +19,7 @@ make = toy_sample  # testkit.samples: a valid toy sample numbered i
 
 def test_read_samples_gives_what_the_buffer_stored_and_never_writes(tmp_path):
     path = tmp_path / "buf.sqlite"
-    with SampleBuffer(path, capacity=8) as buf:
+    with SampleBuffer(path) as buf:
         ids = buf.add_many([make(0, 0.5, 2.0), make(1, 0.25, 3.0, status="error", score=None)])
         buf.add_many([make(2, 0.7, 1.5, parent_id=ids[0])])
         stored = buf.all()
@@ -32,7 +30,7 @@ def test_read_samples_gives_what_the_buffer_stored_and_never_writes(tmp_path):
     assert got[1].score is None and got[2].exec_time == 1.5
     assert [(f.name, f.read_bytes()) for f in sorted(tmp_path.iterdir())] == before
     live = tmp_path / "live" / "buf.sqlite"
-    with SampleBuffer(live, capacity=8) as buf:  # still open: its samples are in the -wal
+    with SampleBuffer(live) as buf:  # still open: its samples are in the -wal
         buf.add_many([make(0, 0.5, 2.0), make(1, 0.6, 1.0)])
         assert (tmp_path / "live" / "buf.sqlite-wal").stat().st_size > 0
         assert read_samples(live) == buf.all()
@@ -46,13 +44,13 @@ def test_read_samples_gives_what_the_buffer_stored_and_never_writes(tmp_path):
 def test_round_trip_and_reopen(tmp_path):
     path = tmp_path / "sub" / "buf.sqlite"
     samples = [make(0, 0.5, 2.0), make(1, -10.0, 3.0, status="invalid", score=None, parent_id=None)]
-    with SampleBuffer(path, capacity=8) as buf:
+    with SampleBuffer(path) as buf:
         ids = buf.add_many(samples)
         assert ids == [1, 2]
         child = make(2, 0.7, 1.5, parent_id=ids[0], code="print('é ✓')\n" * 50)
         (cid,) = buf.add_many([child])
         assert buf.get(cid) == Sample(**{**child.__dict__, "id": cid})
-    with SampleBuffer(path, capacity=8) as buf:  # resumes from disk
+    with SampleBuffer(path) as buf:  # resumes from disk
         got = buf.all()
         assert [s.id for s in got] == [1, 2, 3]
         assert got[1].score is None and got[1].status == "invalid"
@@ -78,7 +76,7 @@ def test_round_trip_and_reopen(tmp_path):
     ],
 )
 def test_bad_samples_raise_and_store_nothing(tmp_path, field, value):
-    with SampleBuffer(tmp_path / "b.sqlite", capacity=4) as buf:
+    with SampleBuffer(tmp_path / "b.sqlite") as buf:
         buf.add(make(0))
         bad = make(1, **{field: value})
         with pytest.raises(ValueError, match=field):
@@ -86,107 +84,11 @@ def test_bad_samples_raise_and_store_nothing(tmp_path, field, value):
         assert buf.count() == 1
 
 
-def test_constructor_and_top_validation(tmp_path):
-    with pytest.raises(ValueError, match="capacity"):
-        SampleBuffer(tmp_path / "b.sqlite", capacity=0)
-    with SampleBuffer(tmp_path / "b.sqlite", capacity=2) as buf:
-        with pytest.raises(ValueError, match="k must"):
-            buf.top(-1, None)
-        with pytest.raises(ValueError, match="rho"):
-            buf.top(1, float("inf"))
-        assert buf.top(3, 0.1) == []
-
-
-def test_top_ranks_by_relative_reward_and_cycles(tmp_path):
-    # (raw reward, seconds): ranks by raw reward are a > b > c; with rho = 0.1 they become c > b > a
-    data = [(0.9, 8.0), (0.8, 4.0), (0.7, 1.0)]
-    with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
-        a, b, c = buf.add_many([make(i, r, t) for i, (r, t) in enumerate(data)])
-        assert [s.id for s in buf.top(3, None)] == [a, b, c]
-        assert [s.id for s in buf.top(3, 0.0)] == [a, b, c]
-        assert [s.id for s in buf.top(3, 0.1)] == [c, b, a]  # 0.6, 0.4, 0.1
-        assert [s.id for s in buf.top(7, 0.1)] == [c, b, a, c, b, a, c]
-        assert [s.id for s in buf.top(2, None)] == [a, b]
-
-
-def test_top_among_eligible_samples_only(tmp_path):
-    # the fastest sample c ranks first at rho = 0.1 but is not eligible; with none eligible,
-    # every sample stays a candidate (a parent always exists)
-    data = [(0.9, 8.0), (0.8, 4.0), (0.7, 1.0)]
-    with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
-        a, b, c = buf.add_many([make(i, r, t) for i, (r, t) in enumerate(data)])
-        not_c = lambda s: s.id != c  # noqa: E731
-        assert [s.id for s in buf.top(3, 0.1, eligible=not_c)] == [b, a, b]
-        assert [s.id for s in buf.top(2, None, eligible=not_c)] == [a, b]
-        assert [s.id for s in buf.top(3, 0.1, eligible=lambda s: False)] == [c, b, a]
-
-
-def test_ties_break_by_older_id(tmp_path):
-    with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
-        ids = buf.add_many([make(i, 0.5, 2.0) for i in range(4)])
-        assert [s.id for s in buf.top(4, 0.2)] == ids
-        assert [s.id for s in buf.top(6, None)] == ids + ids[:2]
-
-
-def test_capacity_limits_active_set_but_keeps_history(tmp_path):
-    with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
-        best = buf.add(make(0, 100.0))  # excellent, but it will leave the active set
-        ids = buf.add_many([make(i, float(i)) for i in range(1, 25)])
-        assert buf.count() == 25
-        active = buf.active()
-        assert [s.id for s in active] == ids[-10:]
-        top = buf.top(3, None)
-        assert best not in [s.id for s in top]
-        assert [s.raw_reward for s in top] == [24.0, 23.0, 22.0]
-        assert buf.get(best).raw_reward == 100.0  # history intact
-
-
-def test_active_set_is_per_run_and_task(tmp_path):
-    with SampleBuffer(tmp_path / "b.sqlite", capacity=2) as buf:
-        buf.add_many([make(i, float(i), run="rpg") for i in range(5)])
-        buf.add_many([make(i, 10.0 + i, run="vanilla") for i in range(3)])
-        buf.add(make(9, 50.0, run="rpg", task="other"))
-        assert [s.raw_reward for s in buf.top(2, None, run="rpg", task="toy")] == [4.0, 3.0]
-        assert [s.raw_reward for s in buf.top(2, None, run="vanilla")] == [12.0, 11.0]
-        assert [s.raw_reward for s in buf.top(1, None, run="rpg")] == [50.0]
-        assert buf.max_step("rpg") == 2 and buf.count("vanilla") == 3
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    data=st.lists(
-        st.tuples(
-            st.sampled_from([-10.0, 0.0, 0.25, 0.5, 0.75, 1.0]),
-            st.sampled_from([0.1, 0.5, 1.0, 2.0, 4.0]),
-        ),
-        min_size=1,
-        max_size=25,
-    ),
-    capacity=st.integers(1, 12),
-    k=st.integers(0, 30),
-    rho=st.one_of(st.none(), st.sampled_from([0.0, 0.05, 0.3, 1.0])),
-)
-def test_top_matches_selection_by_repeated_argmax(tmp_path_factory, data, capacity, k, rho):
-    """Compare with a different algorithm: repeated argmax (first index wins) over the window."""
-    path = tmp_path_factory.mktemp("b") / "b.sqlite"
-    with SampleBuffer(path, capacity=capacity) as buf:
-        ids = buf.add_many([make(i, r, t) for i, (r, t) in enumerate(data)])
-        got = [s.id for s in buf.top(k, rho)]
-    window = list(zip(ids, data, strict=True))[-capacity:]
-    remaining, order = list(window), []
-    while remaining:
-        keys = [r - (rho or 0.0) * t for _, (r, t) in remaining]
-        j = keys.index(max(keys))
-        order.append(remaining.pop(j)[0])
-    expected = [order[i % len(order)] for i in range(k)]
-    assert got == expected
-
-
 WRITER = textwrap.dedent(
     """
     import sys, time
     from rpg_llm.loop.buffer import Sample, SampleBuffer, read_samples
-    buf = SampleBuffer(sys.argv[1], capacity=10)
+    buf = SampleBuffer(sys.argv[1])
     batch = 0
     while True:
         samples = [
@@ -231,7 +133,7 @@ def test_sigkill_during_writes_loses_no_committed_sample(tmp_path, kill_after):
     con = sqlite3.connect(path)
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     con.close()
-    with SampleBuffer(path, capacity=10) as buf:
+    with SampleBuffer(path) as buf:
         rows = buf.all()
         n = len(rows)
         # every reported batch is there; at most one more batch committed before the kill
@@ -251,7 +153,7 @@ def test_sigkill_during_writes_loses_no_committed_sample(tmp_path, kill_after):
 
 def test_step_samples_is_the_filtered_history(tmp_path):
     """One step's samples by one indexed query = all() filtered and sorted in Python."""
-    with SampleBuffer(tmp_path / "b.sqlite", capacity=8) as buf:
+    with SampleBuffer(tmp_path / "b.sqlite") as buf:
         # rows stored out of order, two runs, a duplicate (row, step) in another run
         samples = [make(i, reward=0.1 * i) for i in (5, 4, 7, 6, 1, 0)]
         samples += [make(5, run="other"), make(9, run="r", status="infra", score=None)]

@@ -36,7 +36,7 @@ def test_row_exec_seconds_and_budget_spent_by_hand(tmp_path):
     samples = [_s(0, 0, 0, 50.0), _s(1, 1, 0, 1.0), _s(2, 1, 1, 3.0), _s(3, 2, 0, 2.0)]
     samples.append(_s(4, 2, 1, 0.5))
     samples.append(_s(5, 2, 2, 7.0, "infra"))  # the machine's time, not the script's: left out
-    with SampleBuffer(tmp_path / "b.sqlite", capacity=10) as buf:
+    with SampleBuffer(tmp_path / "b.sqlite") as buf:
         buf.add_many(samples)
         # the step-0 seed (50 s) is in no chain; rows sum their generated samples
         totals = buf.exec_seconds_by_row("r", 2)
@@ -65,7 +65,7 @@ def test_the_sql_sum_equals_the_python_sum(tmp_path):
         )
         for i in range(40)  # steps 0 .. 9, rows 0 .. 3, two runs
     ]
-    with SampleBuffer(tmp_path / "b.sqlite", capacity=100) as buf:
+    with SampleBuffer(tmp_path / "b.sqlite") as buf:
         buf.add_many(samples)
         for k in (0, 1, 4, 9):
             for run in ("a", None):
@@ -152,7 +152,7 @@ def test_infra_samples_are_in_no_chain(tmp_path):
         toy_sample(8, -10.0, 3.0, **bad),  # step 2 row 0
         toy_sample(5, 0.7, 2.0),  # step 1 row 1
     ]
-    with SampleBuffer(folder.buffer_path, capacity=10) as buf:
+    with SampleBuffer(folder.buffer_path) as buf:
         buf.add_many(samples)
     chains = read_chains(folder.root)
     assert [list(c.best) for c in chains] == [[-10.0], [0.7]]

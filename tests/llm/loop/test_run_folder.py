@@ -38,7 +38,7 @@ def _run_folder(path: Path, steps: int = 3, checkpointed: int | None = None) -> 
         ck = path / "checkpoints" / f"step_{checkpointed:06d}"
         ck.mkdir(parents=True)
         (ck / "trainer.pt").write_bytes(b"")
-        SampleBuffer(path / "buffer.sqlite", capacity=4).close()
+        SampleBuffer(path / "buffer.sqlite").close()
     return path
 
 
@@ -98,7 +98,7 @@ def test_train_refuses_a_locked_folder_before_loading(tmp_path):
 
 
 def test_the_buffer_refuses_a_second_sample_for_the_same_step_and_row(tmp_path):
-    buf = SampleBuffer(tmp_path / "buffer.sqlite", capacity=8)
+    buf = SampleBuffer(tmp_path / "buffer.sqlite")
     buf.add_many([toy_sample(0), toy_sample(1)])
     with pytest.raises(ValueError, match="already holds run 'r' step 0 row 1"):
         buf.add_many([toy_sample(2), toy_sample(1, reward=9.0)])  # row 2 is new, row 1 is not
@@ -110,7 +110,7 @@ def test_the_buffer_refuses_a_second_sample_for_the_same_step_and_row(tmp_path):
 
 def test_a_buffer_that_already_holds_duplicates_is_refused_naming_it(tmp_path):
     path = tmp_path / "buffer.sqlite"
-    SampleBuffer(path, capacity=8).close()
+    SampleBuffer(path).close()
     db = sqlite3.connect(path)
     db.execute("DROP INDEX samples_run_step_row_unique")
     columns = "run, step, row, task, prompt_hash, code, outcome_text, raw_reward, exec_time, "
@@ -122,7 +122,7 @@ def test_a_buffer_that_already_holds_duplicates_is_refused_naming_it(tmp_path):
     db.commit()
     db.close()
     with pytest.raises(ValueError, match=f"{path} holds two samples with the same"):
-        SampleBuffer(path, capacity=8)
+        SampleBuffer(path)
 
 
 # --- broken folders are refused before the model loads ----------------------------------------
@@ -132,7 +132,7 @@ def test_a_corrupted_buffer_is_refused_naming_the_file(tmp_path):
     folder = _run_folder(tmp_path / "run", checkpointed=1)
     (folder / "buffer.sqlite").write_bytes(b"\xff\xfe not a database" * 100)
     with pytest.raises(ValueError, match=f"{folder / 'buffer.sqlite'} is not a usable"):
-        SampleBuffer(folder / "buffer.sqlite", capacity=4)
+        SampleBuffer(folder / "buffer.sqlite")
     line = _one_error_line(_cli("rpg_llm.run", "--resume", str(folder)))
     assert f"{folder / 'buffer.sqlite'} is not a readable sample buffer" in line
 

@@ -81,7 +81,7 @@ def test_two_step_run_both_arms(tiny_model_dir, tmp_path, method):
     assert [r.step for r in records] == [1, 2]
     from rpg_llm.loop.buffer import SampleBuffer
 
-    samples = SampleBuffer(run / "buffer.sqlite", capacity=100).all()
+    samples = SampleBuffer(run / "buffer.sqlite").all()
     keys = sorted((s.step, s.row) for s in samples)
     assert keys == [(0, 0), (1, 0), (1, 1), (2, 0), (2, 1)]  # one seed, then B per step
     seed = [s for s in samples if s.step == 0][0]

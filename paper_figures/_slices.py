@@ -12,6 +12,7 @@ table's text and says how many of the table's runs the recorded slices made.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import threading
@@ -19,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
+
+from rpg_core.filelock import FileLock, lock_path_for
 
 __all__ = ["SLICES_CSV", "Slice", "LoadSampler", "append_slice", "read_slices", "slices_text"]
 
@@ -91,17 +94,32 @@ def now_utc() -> str:
 
 
 def append_slice(path: Path, row: Slice) -> None:
-    """Append ``row`` to the ledger at ``path`` (written with its header when new)."""
-    new = not path.exists()
+    """Append ``row`` to the ledger at ``path`` (written with its header when new), under the
+    ledger's lock (``.<name>.lock`` beside it; another writer waits), so that two slices never
+    both write a header or interleave their rows. A torn last line (a writer killed in its
+    middle) is cut off first: it holds no whole row, and a row appended to it would be lost
+    with it."""
+    d = asdict(row)
+    d["runs"], d["probes"] = ";".join(row.runs), ";".join(row.probes)
+    text = io.StringIO()
+    csv.DictWriter(text, fieldnames=FIELDS).writerow(d)
+    data = text.getvalue().encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS)
-        if new:
-            w.writeheader()
-        d = asdict(row)
-        d["runs"], d["probes"] = ";".join(row.runs), ";".join(row.probes)
-        w.writerow(d)
+    with FileLock(lock_path_for(path), f"the slice ledger {path}"), open(path, "a+b") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size:
+            fh.seek(0)
+            body = fh.read()
+            if not body.endswith(b"\n"):
+                fh.truncate(body.rfind(b"\n") + 1)
+                size = fh.seek(0, os.SEEK_END)
+        if not size:
+            head = io.StringIO()
+            csv.DictWriter(head, fieldnames=FIELDS).writeheader()
+            data = head.getvalue().encode() + data
+        fh.write(data)
         fh.flush()
+        os.fsync(fh.fileno())
 
 
 def read_slices(path: Path) -> list[Slice]:

@@ -13,7 +13,12 @@ the hyper-parameters being traced per-lane arrays (``simulate(..., per_seed_hype
 the whole grid compiles once. Lane ``p * S + s`` runs grid point ``p`` on trial ``seeds[s]``;
 every grid point sees the same trials (common environments). The results file is rewritten
 atomically after every unit, so a killed run restarts at the first unfinished unit; a file
-written under another protocol (steps, trials, grids) is refused rather than mixed.
+written under another protocol (steps, trials, grids) is refused rather than mixed. Several
+processes may tune into one results file (other cells, say): every write happens under the
+file's lock (``.<name>.lock`` beside it, :class:`rpg_core.filelock.FileLock`; a second writer
+waits) and merges this process's unit or slice into the file as it is then, never rewriting it
+from a stale copy; a unit another process has finished meanwhile is kept as that process stored
+it, and its scores are the same (a lane depends only on its trial and point).
 ``--points-per-call P`` scores a unit in slices of P grid points (same scores: a lane depends
 only on its trial and point) and stores each slice under ``"partial"`` as it finishes, so a unit
 longer than one sitting (a PG unit of the small setting is 1,500 runs of 30,000 decisions, 1-3 h
@@ -41,8 +46,9 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from paper_figures._protocol import (
     EVAL_SEEDS,
@@ -56,12 +62,14 @@ from paper_figures._protocol import (
     parse_cells,
 )
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_core.filelock import FileLock, lock_path_for
 
 PROG = "python -m paper_figures.tune"
 _RAY_HELP = (
     "run every slice (cell x agent x --points-per-call grid points) as a Ray task: 'local' starts "
     "Ray on this machine, HOST:PORT joins a cluster; results are stored as slices finish"
 )
+T = TypeVar("T")
 CRITERION = "lowest median over the tuning trials of the final regret R_n (ties: first point)"
 
 
@@ -191,9 +199,37 @@ def _load_results(plan: dict) -> dict:
 
 
 def _write_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, path)
+
+
+def _update_results(plan: dict, results: dict, change: Callable[[dict], T]) -> T:
+    """Change the results file under its lock: read it as it is now (another process may have
+    stored units since; another protocol is refused), apply ``change`` to that copy, write it
+    back atomically; ``results`` then holds the file's contents (updated in place). Returns what
+    ``change`` returns.
+
+    Raises:
+        UsageError: the file now holds results of another protocol, or is not a results file.
+    """
+    out = plan["out"]
+    with FileLock(lock_path_for(out), f"--out {out}"):
+        fresh = _load_results(plan)
+        value = change(fresh)
+        _write_atomic(out, fresh)
+    results.clear()
+    results.update(fresh)
+    return value
+
+
+def _drop_empty_partial(results: dict, key: str) -> None:
+    """Remove ``results['partial'][key]`` when it holds no unit, and ``partial`` when empty."""
+    partial = results.get("partial", {})
+    if key in partial and not partial[key]:
+        del partial[key]
+    if "partial" in results and not results["partial"]:
+        del results["partial"]
 
 
 def grid_points(grid: dict) -> list[dict]:
@@ -282,11 +318,12 @@ def tune_unit(
 
 def _tune_in_slices(name: str, cell: Cell, plan: dict, results: dict, progress: bool) -> dict:
     """One unit, ``plan['points_per_call']`` points per call (0: all); every finished slice is
-    stored in ``results['partial']`` at once, and a restart continues after the last one."""
+    stored in ``results['partial']`` at once, and a restart continues after the last one (also
+    one another process stored meanwhile)."""
     grid = plan["grids"][name]
     n_points = len(grid_points(grid))
     per_call = plan["points_per_call"] or n_points
-    partial = results.setdefault("partial", {}).setdefault(cell.key, {})
+    partial = results.get("partial", {}).get(cell.key, {})
     done = partial.get(name, {"grid": [], "lanes": 0, "wall_s": 0.0})
     while len(done["grid"]) < n_points:
         start = len(done["grid"])
@@ -300,8 +337,8 @@ def _tune_in_slices(name: str, cell: Cell, plan: dict, results: dict, progress: 
             start=start,
             stop=min(start + per_call, n_points),
         )
-        done = _store_slice(name, cell, plan, results, part)
-    return _close_unit(name, cell, results, done)
+        done = _store_slice(name, cell, plan, results, part, start=start)
+    return _close_unit(done)
 
 
 def _say_err(text: str) -> None:
@@ -309,62 +346,114 @@ def _say_err(text: str) -> None:
 
 
 def _store_slice(
-    name: str, cell: Cell, plan: dict, results: dict, part: dict, say=_say_err
+    name: str,
+    cell: Cell,
+    plan: dict,
+    results: dict,
+    part: dict,
+    say: Callable[[str], None] = _say_err,
+    *,
+    start: int | None = None,
 ) -> dict:
-    """Append the slice ``part`` (a :func:`tune_unit` result that starts at the first unscored
-    point) to the unit's stored slices, rewrite the results file, and return the merged slices
-    ``{"grid", "lanes", "wall_s"}``; ``say`` reports a unit that is not finished yet."""
+    """Merge the slice ``part`` (a :func:`tune_unit` result over the grid points from ``start``;
+    None: the first unscored point) into the unit's stored slices under the file's lock
+    (:func:`_update_results`) and return the stored slices ``{"grid", "lanes", "wall_s"}``;
+    ``say`` reports a unit that is not finished yet.
+
+    Points another process stored meanwhile are kept as stored (the same scores); a unit it has
+    finished is returned whole, from ``results['cells']``.
+
+    Raises:
+        RuntimeError: the slice starts past the stored points (the file lost some).
+    """
     grid = plan["grids"][name]
     n_points = len(grid_points(grid))
-    partial = results.setdefault("partial", {}).setdefault(cell.key, {})
-    done = partial.get(name, {"grid": [], "lanes": 0, "wall_s": 0.0})
-    done = {
-        "grid": done["grid"] + part["grid"],
-        "lanes": done["lanes"] + part["lanes"],
-        "wall_s": round(done["wall_s"] + part["wall_s"], 1),
-    }
-    partial[name] = done
-    results["grids"][name] = grid
-    _write_atomic(plan["out"], results)
+
+    def merge(fresh: dict) -> dict:
+        finished = fresh["cells"].get(cell.key, {}).get(name)
+        if finished is not None:
+            return {k: finished[k] for k in ("grid", "lanes", "wall_s")}
+        partial = fresh.setdefault("partial", {}).setdefault(cell.key, {})
+        done = partial.get(name, {"grid": [], "lanes": 0, "wall_s": 0.0})
+        have = len(done["grid"])
+        first = have if start is None else start
+        if first > have:
+            raise RuntimeError(
+                f"{plan['out']}: {cell.key} {name} holds {have} scored grid points, but the "
+                f"slice to store starts at point {first}"
+            )
+        new = part["grid"][have - first :]
+        if new:
+            whole = len(new) == len(part["grid"])
+            lanes = part["lanes"] if whole else part["lanes"] // len(part["grid"]) * len(new)
+            wall = part["wall_s"] if whole else part["wall_s"] * len(new) / len(part["grid"])
+            done = {
+                "grid": done["grid"] + new,
+                "lanes": done["lanes"] + lanes,
+                "wall_s": round(done["wall_s"] + wall, 1),
+            }
+            partial[name] = done
+        _drop_empty_partial(fresh, cell.key)
+        fresh["grids"][name] = grid
+        return done
+
+    done = _update_results(plan, results, merge)
     if len(done["grid"]) < n_points:
         say(f"{cell.key} {name}: {len(done['grid'])}/{n_points} grid points scored")
     return done
 
 
-def _close_unit(name: str, cell: Cell, results: dict, done: dict) -> dict:
-    """Drop a finished unit's slices from ``results['partial']``; returns the unit's record
-    (best point and the merged slices)."""
-    partial = results["partial"][cell.key]
-    del partial[name]
-    if not partial:
-        del results["partial"][cell.key]
-    if not results["partial"]:
-        del results["partial"]
+def _close_unit(done: dict) -> dict:
+    """A finished unit's record from its stored slices ``done``: the best point and the
+    slices merged."""
     best, best_med = select_best(done["grid"])
     return {"best": done["grid"][best]["hyper"], "best_median_regret": best_med, **done}
 
 
 def _record_unit(
-    name: str, cell: Cell, unit: dict, plan: dict, results: dict, command: str, say=print
+    name: str,
+    cell: Cell,
+    unit: dict,
+    plan: dict,
+    results: dict,
+    command: str,
+    say: Callable[[str], None] = print,
 ) -> None:
-    """Store a finished unit under ``results['cells']`` with the command and the time, rewrite
-    the results file and ``say`` the best point."""
+    """Store a finished unit under ``results['cells']`` with the command and the time, and drop
+    its slices from ``results['partial']``, under the file's lock (:func:`_update_results`);
+    ``say`` the best point. A unit another process stored meanwhile is kept as it stored it."""
     unit["command"] = command
     unit["finished_utc"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    results["grids"][name] = plan["grids"][name]
-    results["cells"].setdefault(cell.key, {})[name] = unit
-    _write_atomic(plan["out"], results)
+
+    def merge(fresh: dict) -> dict:
+        units = fresh["cells"].setdefault(cell.key, {})
+        units.setdefault(name, unit)
+        fresh.get("partial", {}).get(cell.key, {}).pop(name, None)
+        _drop_empty_partial(fresh, cell.key)
+        fresh["grids"][name] = plan["grids"][name]
+        return units[name]
+
+    stored = _update_results(plan, results, merge)
+    by = "" if stored is unit else " (stored by another process)"
     say(
-        f"{cell.key} {name}: best {unit['best']} median R_n "
-        f"{unit['best_median_regret']:.2f} ({unit['wall_s']} s)"
+        f"{cell.key} {name}: best {stored['best']} median R_n "
+        f"{stored['best_median_regret']:.2f} ({stored['wall_s']} s){by}"
     )
 
 
-def _unfinished_units(plan: dict, results: dict) -> Iterator[tuple[Cell, str]]:
+def _unfinished_units(
+    plan: dict, results: dict, reread: bool = False
+) -> Iterator[tuple[Cell, str]]:
     """The plan's (cell, agent) units not stored in ``results['cells']``, in plan order; the
-    stored ones are named on stderr with their best point."""
+    stored ones are named on stderr with their best point. ``reread``: read the file again
+    before each unit (``results`` is updated in place), so that a unit another process has
+    stored or begun meanwhile is skipped or continued."""
     for cell in plan["cells"]:
         for name in plan["agents"]:
+            if reread and plan["out"].exists():
+                fresh = _load_results(plan)
+                results.clear()
+                results.update(fresh)
             stored = results["cells"].get(cell.key, {})
             if name in stored:
                 print(f"{cell.key} {name}: stored, best {stored[name]['best']}", file=sys.stderr)
@@ -400,8 +489,7 @@ def _tune_on_ray(plan: dict, results: dict, command: str, progress: bool) -> Non
         waiting[cell.key, name] = {}
         first = len(done[cell.key, name]["grid"])
         if first >= n_points:  # every slice stored before a kill: only the record is missing
-            unit = _close_unit(name, cell, results, done[cell.key, name])
-            _record_unit(name, cell, unit, plan, results, command)
+            _record_unit(name, cell, _close_unit(done[cell.key, name]), plan, results, command)
             continue
         for start in range(first, n_points, per_call):
             jobs.append(
@@ -423,13 +511,19 @@ def _tune_on_ray(plan: dict, results: dict, command: str, progress: bool) -> Non
     ):
         cell, name = owner[i]
         key, n_points = (cell.key, name), len(grid_points(plan["grids"][name]))
+        if len(done[key]["grid"]) >= n_points:
+            continue  # recorded already (its points were stored by another process too)
         waiting[key][jobs[i]["start"]] = part
-        while len(done[key]["grid"]) in waiting[key]:
-            part = waiting[key].pop(len(done[key]["grid"]))
-            done[key] = _store_slice(name, cell, plan, results, part, say=say_err)
+        # the next slices in grid order; one that starts inside the stored points (another
+        # process stored some meanwhile) adds only its points past them
+        while ready := [s for s in waiting[key] if s <= len(done[key]["grid"])]:
+            start = min(ready)
+            part = waiting[key].pop(start)
+            done[key] = _store_slice(name, cell, plan, results, part, say_err, start=start)
             if len(done[key]["grid"]) == n_points:
-                unit = _close_unit(name, cell, results, done[key])
-                _record_unit(name, cell, unit, plan, results, command, say=say_out)
+                _record_unit(name, cell, _close_unit(done[key]), plan, results, command, say_out)
+                waiting[key].clear()
+                break
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -453,7 +547,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from rpg_jax.config import setup_jax
 
     setup_jax()
-    for cell, name in _unfinished_units(plan, results):
+    for cell, name in _unfinished_units(plan, results, reread=True):
         unit = _tune_in_slices(name, cell, plan, results, progress=not args.no_progress)
         _record_unit(name, cell, unit, plan, results, command)
     print(f"results in {plan['out']}")

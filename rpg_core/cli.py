@@ -16,13 +16,16 @@ Usage::
 where ``_main(argv)`` builds an :class:`ArgumentParser`, raises :class:`UsageError` for values that
 parse but are not allowed (the one validation idiom: ``if not ok: raise UsageError(...)``), and
 returns the exit status.  Shared argument types: :func:`comma_list` (``type=comma_list(int)`` for
-``--seeds 0,1,2``), :func:`at_least` for a lower bound, :func:`out_folder` for an output folder.
+``--seeds 0,1,2``), :func:`at_least` for a lower bound, :func:`out_folder` for an output folder,
+:func:`input_file` for a small input file read without blocking (:func:`file_kind` names what a
+path is).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,6 +37,8 @@ __all__ = [
     "at_least",
     "comma_list",
     "count",
+    "file_kind",
+    "input_file",
     "out_folder",
     "run_cli",
 ]
@@ -115,6 +120,69 @@ def out_folder(flag: str, value: str, holds: str | None = None) -> Path:
     if holds is not None and (path / holds).exists():
         raise UsageError(f"{flag} {value} already holds a run ({holds})")
     return path
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+_PSEUDO = ("/proc/", "/sys/")
+
+
+def file_kind(path: Path) -> str:
+    """What ``path`` is, in words: ``"a regular file"``, ``"a folder"``, ``"a character
+    device"``, ... (links followed), or ``"missing"``."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "missing"
+    for test, words in _KINDS:
+        if test(mode):
+            return words
+    return "a regular file"
+
+
+def input_file(what: str, path: Path, max_bytes: int) -> bytes:
+    """The bytes of a small input file named on the command line (a script), read without
+    blocking: a device, FIFO or folder is refused by its kind, a kernel file (under ``/proc`` or
+    ``/sys``, where a read may block or never end) by where it is, and a file over
+    ``max_bytes`` by its size.
+
+    Raises:
+        UsageError: ``"<what> '<path>' ..."`` saying which of these it is.
+    """
+    name = f"{what} {str(path)!r}"
+    kind = file_kind(path)
+    if kind == "missing":
+        raise UsageError(f"{name} not found")
+    if kind != "a regular file":
+        raise UsageError(f"{name} is {kind}, not a regular file")
+    real = os.path.realpath(path)
+    if real.startswith(_PSEUDO):
+        raise UsageError(f"{name} is the kernel file {real}, not a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as err:
+        raise UsageError(f"{name} cannot be read ({err.strerror or err})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the check above
+            raise UsageError(f"{name} is not a regular file")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:
+                raise UsageError(f"{name} is larger than {max_bytes} bytes")
+        return b"".join(chunks)
+    except BlockingIOError:
+        raise UsageError(f"{name} cannot be read without waiting (not a regular file)") from None
+    except OSError as err:
+        raise UsageError(f"{name} cannot be read ({err.strerror or err})") from None
+    finally:
+        os.close(fd)
 
 
 def _one_line(text: object) -> str:

@@ -425,7 +425,14 @@ class LoopConfig:
         seed: run seed (generation and estimator draws are seeded per step from it).
         seed_buffer: store the task's baseline solutions (executed and graded) as step 0.
         sandbox: sandbox kind (``auto``, ``subprocess``, ``bwrap``, ``docker``).
-        executor: ``local`` (a process pool) or ``ray``.
+        executor: ``local`` (this host's pool) or ``ray`` (:mod:`rpg_llm.env.service`).
+        ray_address: with ``executor="ray"``: a cluster's ``host:port`` (None or ``"local"``: a
+            Ray instance started on this host).
+        max_staleness: ``0``: synchronous steps (every answer of a step is executed before the
+            update); ``K >= 1``: asynchronous chains (:mod:`rpg_llm.loop.asynchronous`), a
+            sample trained at most ``K`` policy versions after the one that generated it.
+        job_cpus, job_gpus, job_memory_gb, job_resource: what one script reserves on a Ray node
+            (:class:`rpg_llm.env.service.JobResources`; the custom resource: one unit).
         workers: parallel executions.
         checkpoint_every: checkpoint period in steps (the last step is always checkpointed;
             default 1, so a kill loses at most the step under way: its samples are kept and
@@ -490,8 +497,32 @@ class LoopConfig:
         default="auto",
         metadata=flag(help="sandbox kind", choices=("auto", "subprocess", "bwrap", "docker")),
     )
+    docker_image: str | None = field(
+        default=None,
+        metadata=flag(help="image of --sandbox docker (default: rpg-sandbox-image build's)"),
+    )
     executor: str = field(
         default="local", metadata=flag(help="where scripts run", choices=("local", "ray"))
+    )
+    ray_address: str | None = field(
+        default=None,
+        metadata=flag(help="with --executor ray: a cluster's host:port, or local (the default)"),
+    )
+    max_staleness: int = field(
+        default=0,
+        metadata=flag(
+            help="policy versions a sample may lag when it trains (0: synchronous steps; K >= 1: "
+            "each chain goes on as soon as its script ends)"
+        ),
+    )
+    job_cpus: float = field(default=1.0, metadata=flag(help="CPUs one script reserves (Ray)"))
+    job_gpus: float = field(default=0.0, metadata=flag(help="GPUs one script reserves (Ray)"))
+    job_memory_gb: float | None = field(
+        default=None, metadata=flag(help="memory one script reserves, GiB (Ray; default none)")
+    )
+    job_resource: str | None = field(
+        default=None,
+        metadata=flag(help="a custom Ray resource one script takes a unit of (e.g. grader)"),
     )
     workers: int = field(default=2, metadata=flag(help="parallel executions"))
     checkpoint_every: int = field(
@@ -582,6 +613,24 @@ class LoopConfig:
         _int_at_least(self, "sft_batch_size", 1, high=MAX_BATCH)
         _int_at_least(self, "sft_examples", 1)
         _int_at_least(self, "sft_seed", 0, optional=True)
+        _int_at_least(self, "max_staleness", 0, high=100)
+        if self.ray_address is not None and self.executor != "ray":
+            raise ValueError(f"ray_address {self.ray_address!r} applies to executor ray only")
+        if self.ray_address is not None and not self.ray_address.strip():
+            raise ValueError("ray_address must be host:port or local, got ''")
+        for name in ("job_cpus", "job_gpus", "job_memory_gb"):
+            v = getattr(self, name)
+            if v is None and name == "job_memory_gb":
+                continue
+            if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < 1e6:
+                raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        if self.job_resource is not None and not self.job_resource.strip():
+            raise ValueError("job_resource must name a resource, got ''")
+        if self.max_staleness and self.engine == "trl":
+            raise ValueError(
+                f"max_staleness {self.max_staleness} applies to engine ppo (TRL's own "
+                "asynchronous trainer needs a vLLM server)"
+            )
         b = self.exec_budget_s
         if b is not None and not (
             isinstance(b, int | float) and not isinstance(b, bool) and math.isfinite(b) and b > 0

@@ -33,9 +33,12 @@ from rpg_core.cli import UsageError, out_folder
 from rpg_llm.config import SPEED_ONLY_SETTINGS, LoopConfig
 from rpg_llm.env import registry, tasks
 from rpg_llm.env.actions import editable_baselines
+from rpg_llm.env.service import check_ray_address
 from rpg_llm.env.tasks.cliflags import mlebench_dir_arg, seed_dir_arg
 from rpg_llm.flags import apply_flags, flag_names
+from rpg_llm.learner.checkpoint import CheckpointDamaged, check_checkpoint_file
 from rpg_llm.learner.models import check_model_name, resolve_model
+from rpg_llm.loop import runidentity
 from rpg_llm.loop.backends import seed_solutions
 from rpg_llm.loop.budget import steps_done, stop_reason
 from rpg_llm.loop.buffer import read_exec_seconds_by_row
@@ -54,8 +57,10 @@ __all__ = [
     "resume_config",
     "status",
     "config_difference",
+    "check_checkpoint",
     "check_device",
     "check_engine",
+    "check_executor",
     "check_prompt_budget",
     "trl_flags_given",
     "prepare_task",
@@ -272,6 +277,7 @@ def plan(
         if check_folder and (run_dir / "config.json").exists():
             raise UsageError(f"--out {run_dir} already holds a run; use --resume {run_dir}")
     check_engine(cfg, given_trl_flags, need_packages=check_packages)
+    check_executor(cfg)
     if not resume:
         check_device(cfg.device)
         try:
@@ -313,20 +319,29 @@ def plan(
 
 
 def resume_config(run_dir: str | Path, steps: int | None = None) -> LoopConfig:
-    """The stored settings of the run in ``run_dir``, with ``steps`` extending it.
+    """The stored settings of the run in ``run_dir``, with ``steps`` extending it, checked
+    against the run's identity record before anything is written or loaded: ``config.json``
+    may differ from the settings the run was made with only in what a resume may change
+    (:data:`rpg_llm.loop.runidentity.RESUME_MAY_CHANGE`), and the model's weights must be the
+    ones it was made with (their SHA-256, where the record has it).
 
     Raises:
-        UsageError: naming ``--resume``: not a run folder, an unreadable config or buffer, or
-            ``steps`` below the steps the run has already checkpointed.
+        UsageError: naming ``--resume``: not a run folder, an unreadable config or buffer, a
+            setting that differs from the run's record (named, with both values), other model
+            weights, or ``steps`` below the steps the run has already checkpointed.
     """
     folder = RunFolder(run_dir)
     try:
         cfg = LoopConfig.from_dict(folder.load_config())
-        folder.check_resumable()
+        folder.check_resumable()  # the identity record first, then the buffer
+        record = folder.load_identity()
         if steps is not None:
             cfg = apply_flags(cfg, {"steps": steps})
     except ValueError as err:
         raise UsageError(f"--resume {run_dir}: {err}") from None
+    made = record.get("weights_sha256") if record is not None else None
+    if made:
+        _check_weights(run_dir, folder, cfg.model, str(made))
     done = folder.latest_checkpoint() or 0
     if cfg.steps < done:
         raise UsageError(
@@ -334,6 +349,44 @@ def resume_config(run_dir: str | Path, steps: int | None = None) -> LoopConfig:
             f"steps; give --steps above {done} to extend it"
         )
     return cfg
+
+
+def check_checkpoint(run_dir: str | Path, cfg: LoopConfig) -> None:
+    """The PPO checkpoint a resume of ``run_dir`` will load must be whole (a zip check, no
+    torch): checked before a model loads.
+
+    Raises:
+        UsageError: naming ``--resume``, the damaged file and what to do (move it aside and
+            resume from the checkpoint before it, or start a new run).
+    """
+    folder = RunFolder(run_dir)
+    step = folder.latest_checkpoint() if cfg.engine == "ppo" else None
+    if step is None:
+        return
+    try:
+        check_checkpoint_file(folder.checkpoint_path(step) / "trainer.pt")
+    except CheckpointDamaged as err:
+        advice = folder.damaged_checkpoint_advice(step)
+        raise UsageError(f"--resume {run_dir}: {err}; {advice}") from None
+
+
+def _check_weights(run_dir: str | Path, folder: RunFolder, model: str, made: str) -> None:
+    """The weights of ``model`` here must hash to ``made`` (the run's record).
+
+    Raises:
+        UsageError: the model is not to be found, or its weights are others.
+    """
+    try:
+        now = runidentity.model_digest(model, allow_download=True)
+    except ValueError as err:
+        raise UsageError(f"--resume {run_dir}: model {model!r}: {err}") from None
+    if now != made:
+        what = f"sha256 {now[:12]}..." if now else "no weight file"
+        raise UsageError(
+            f"--resume {run_dir}: the weights of model {model!r} are not the run's (made with "
+            f"sha256 {made[:12]}..., here {what}; {folder.identity_path}); put the run's model "
+            "back, or start a new run"
+        )
 
 
 def check_device(device: str | None) -> None:
@@ -388,6 +441,23 @@ def check_engine(
 
         if not torch.cuda.is_available() or cfg.device == "cpu":
             raise UsageError("--use-vllm needs a CUDA GPU (none found, or --device cpu)")
+
+
+def check_executor(cfg: LoopConfig) -> None:
+    """``--executor ray`` needs Ray installed and, with ``--ray-address host:port``, a cluster
+    that answers there (checked before any model loads).
+
+    Raises:
+        UsageError: naming ``--executor`` or ``--ray-address`` and what is wrong.
+    """
+    if cfg.executor != "ray":
+        return
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
+    try:
+        check_ray_address(cfg.ray_address or "local")
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def trl_flags_given(values: Mapping[str, Any]) -> list[str]:
@@ -511,19 +581,36 @@ def status(run_dir: str | Path, cfg: LoopConfig | None = None) -> RunStatus:
 
 
 def launch(
-    p: RunPlan, *, progress: bool = True, on_stage: Callable[[int, str], None] | None = None
+    p: RunPlan,
+    *,
+    progress: bool = True,
+    on_stage: Callable[[int, str], None] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> list[StepRecord]:
     """Run (or resume) the planned run on its engine; the records of the steps it ran.
 
+    A resumed folder made before identity records existed gets its record now, from its
+    ``config.json`` (:func:`rpg_llm.loop.runidentity.adopt`; ``say`` tells so).
     The engines load torch and the model, so they are imported here, when a run starts.
 
     Raises:
         RunFolderBusy: another process runs or resumes the folder (a ``ValueError``).
     """
+    if p.resume:
+        folder = RunFolder(p.run_dir)
+        if runidentity.adopt(folder.identity_path, folder.load_config(), p.cfg.model) and say:
+            say(
+                f"{folder.identity_path}: written from config.json (the folder had no identity "
+                "record); a resume now refuses other settings"
+            )
     if p.cfg.engine == "trl":
         from rpg_llm.engines.trl import train_trl  # TRL is an optional extra
 
         return train_trl(p.cfg, p.run_dir, resume=p.resume, progress=progress, on_stage=on_stage)
+    if p.cfg.max_staleness >= 1:
+        from rpg_llm.loop.asynchronous import train_async  # torch loads with the loop
+
+        return train_async(p.cfg, p.run_dir, resume=p.resume, progress=progress, on_stage=on_stage)
     from rpg_llm.loop.trainer import train  # torch and the model load with the loop
 
     return train(p.cfg, p.run_dir, resume=p.resume, progress=progress, on_stage=on_stage)

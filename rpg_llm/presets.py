@@ -114,6 +114,8 @@ PRESETS: dict[str, Preset] = {
                 ppo=replace(
                     BASE.ppo, micro_batch_size=4, mini_batch_size=32, gradient_checkpointing=True
                 ),
+                job_cpus=1.0,  # the paper's graders: 1 CPU and 16 GB per script
+                job_memory_gb=16.0,
             ),
             gpus=1,
             data_env=MLEBENCH_ENV,
@@ -140,6 +142,8 @@ PRESETS: dict[str, Preset] = {
                 ppo=replace(
                     BASE.ppo, ppo_epochs=2, micro_batch_size=1, gradient_checkpointing=True
                 ),
+                job_cpus=8.0,  # with --executor ray: an 8-GPU grader node per attempt
+                job_gpus=8.0,
             ),
             gpus=8,
             data_env=NANOGPT_ENV,
@@ -167,6 +171,7 @@ def _nanogpt_cpu(cpu_default: LoopConfig) -> Preset:
             task="nanogpt-cpu",
             steps=3,
             workers=1,  # one attempt already uses a core; delta is the reward's time
+            job_resource="grader",  # with --executor ray: grader nodes only, as the speedrun's
             # timeout = nanogpt.cpu_settings().timeout_s: invalid samples are charged the task's
             reward=replace(cpu_default.reward, timeout_s=300.0),
         ),

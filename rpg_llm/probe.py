@@ -11,7 +11,9 @@ the valid answers, and the valid fraction. Nothing is stored in the run's buffer
 to ``<RUN_DIR>/probe/probe.csv`` and the comparison to ``<RUN_DIR>/probe/probe.json``.
 
 * SFT-only policy: the run's model with its SFT warm-start weights
-  (``sft_weights.safetensors``; the base model when the run had no SFT);
+  (``sft_weights.safetensors``, checked against the SHA-256 ``sft.json`` records; the base model
+  when the run had no SFT; a run whose SFT weights or record are missing is refused, naming the
+  file, never probed against the base model labelled "sft");
 * trained policy: the same, with the run's last checkpoint loaded: PPO's
   (:meth:`PPOTrainer.load`: LoRA adapters or full weights), or for ``--engine trl`` TRL's last
   ``checkpoint-N`` (:func:`rpg_llm.engines.trl.trained_model`).
@@ -39,6 +41,7 @@ from safetensors.torch import load_model
 from rpg_core.cli import ArgumentParser, UsageError, at_least, run_cli
 from rpg_llm.config import LoopConfig
 from rpg_llm.env.actions import editable_constants
+from rpg_llm.learner.checkpoint import CheckpointDamaged, check_checkpoint_file
 from rpg_llm.learner.policy import load_policy
 from rpg_llm.learner.ppo import PPOTrainer
 from rpg_llm.loop.backends import Backends, default_backends
@@ -47,6 +50,7 @@ from rpg_llm.loop.execution import execute_rows
 from rpg_llm.loop.pipeline import Answers
 from rpg_llm.loop.rollout import generate_rollout, parent_prompts
 from rpg_llm.loop.runfolder import RunFolder
+from rpg_llm.loop.warm_start import weights_digest
 
 __all__ = [
     "PROG", "ProbeSummary", "fixed_parents", "summarise", "changed_outcomes", "probe", "main"
@@ -180,7 +184,8 @@ def probe(
         backends: :class:`rpg_llm.loop.backends.Backends` (default: the run's own).
 
     Raises:
-        ValueError: not a run folder, no checkpoint, too few seeds.
+        ValueError: not a run folder, no checkpoint or a damaged one, missing or other SFT
+            weights, too few seeds (each names the file or the count).
     """
     folder = RunFolder(run_dir)
     if not folder.root.is_dir():
@@ -195,6 +200,14 @@ def probe(
     if step is None:
         where = f"{folder.trl_dir.name}/checkpoint-N" if cfg.engine == "trl" else "checkpoints/"
         raise ValueError(f"{run_dir}: no checkpoint to probe (nothing in {where})")
+    if cfg.engine == "ppo":
+        try:
+            check_checkpoint_file(folder.checkpoint_path(step) / "trainer.pt")
+        except CheckpointDamaged as err:
+            raise ValueError(
+                f"{err}; {folder.damaged_checkpoint_advice(step, probe=True)}"
+            ) from None
+    sft_record = _sft_record(folder, cfg)
     backends = backends or default_backends(cfg)
     task = backends.load_task(cfg.task, cfg.data_root)
     buffer = backends.buffer_cls(folder.buffer_path)
@@ -204,15 +217,21 @@ def probe(
         buffer.close()
     dist = Dist(Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available()))
     policy = load_policy(cfg.model, device=cfg.device or dist.acc.device)
-    if folder.sft_weights_path.exists():
+    if sft_record is not None:
         load_model(policy.model, str(folder.sft_weights_path), strict=True)
+        if weights_digest(policy.model) != sft_record.get("weights_sha256"):
+            raise ValueError(
+                f"{folder.sft_weights_path} holds other weights than {folder.root / 'sft.json'} "
+                "records (their SHA-256 differ): the SFT-only policy would be mislabelled; "
+                "restore the run's own file"
+            )
     description = task.description if cfg.describe else ""
     tok = policy.tokenizer
     rows = [p for p in chosen for _ in range(answers)]
     budget = cfg.sampling.max_prompt_tokens
     prompts = parent_prompts(rows, description, cfg.timeout_s, budget, tok, cfg.action)
     sandbox = backends.make_sandbox(cfg.sandbox)
-    executor = backends.make_executor(cfg.executor, cfg.workers)
+    service = backends.make_service(cfg, task, sandbox, backends.run_batch)
 
     def answers_of(model: Any) -> list[Any]:
         rollout = generate_rollout(
@@ -221,7 +240,7 @@ def probe(
         )  # fmt: skip
         answers = Answers.of_rollout(rollout)
         actions = answers.actions(cfg.action)
-        samples, _ = execute_rows(answers, actions, cfg, task, backends, sandbox, executor)
+        samples, _ = execute_rows(answers, actions, cfg, task.id, backends.sample_cls, service)
         return samples
 
     try:
@@ -238,14 +257,46 @@ def probe(
             model = trainer.policy
         trained = answers_of(model)
     finally:
-        close = getattr(executor, "shutdown", None) or getattr(executor, "close", None)
-        if close is not None:
-            close()
+        service.close()
     # TRL's global step (its checkpoint), which after a resume can trail the buffer's steps
     label = f"trained (TRL step {step})" if cfg.engine == "trl" else f"trained (step {step})"
     summaries = [summarise("sft", sft), summarise(label, trained)]
     _write(folder.root / PROBE_DIR, rows, [sft, trained], summaries, answers, seed, step)
     return summaries
+
+
+def _sft_record(folder: RunFolder, cfg: LoopConfig) -> dict[str, Any] | None:
+    """The run's ``sft.json`` when it had an SFT warm start (None: it had none, the base model
+    is the SFT-only policy).
+
+    Raises:
+        ValueError: the run had an SFT warm start (``sft.json``, or ``sft_steps`` > 0) but its
+            weights or its record are missing: names the file (the probe never compares against
+            the base model labelled "sft").
+    """
+    info = folder.root / "sft.json"
+    weights = folder.sft_weights_path
+    if not info.exists():
+        if cfg.sft_steps > 0:
+            raise ValueError(
+                f"{folder.root} was made with an SFT warm start (sft_steps {cfg.sft_steps}) but "
+                f"holds no {info.name}: its SFT-only policy is unknown; restore {info}"
+            )
+        return None
+    if not weights.exists():
+        raise ValueError(
+            f"{info} records an SFT warm start but {weights} is missing: the probe would compare "
+            f'the base model labelled "sft"; restore that file (a resume re-runs the seeded '
+            f"SFT and stores it: python -m rpg_llm.run --resume {folder.root}, while the run "
+            "has steps left)"
+        )
+    try:
+        record = json.loads(info.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{info} cannot be read: {err}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{info} is not an SFT record (no JSON object)")
+    return record
 
 
 def _write(

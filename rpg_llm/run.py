@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rpg_core.cli import ArgumentParser, UsageError, count, out_folder, run_cli
+from rpg_core.diskfull import DiskFull
 from rpg_llm import launch
 from rpg_llm.flags import add_flags, flag_names, given_flags
 from rpg_llm.loop.budget import write_budget_csv
@@ -124,6 +125,7 @@ def _main(argv: Sequence[str] | None) -> int:
             if rank == 0:
                 print(_nothing_to_run(st, cfg.steps, cfg.exec_budget_s))
             return 0
+        launch.check_checkpoint(run_dir, cfg)  # a damaged one is named before a model loads
     if rank == 0:
         launch.prepare_task(cfg, say=lambda line: print(line, flush=True))
     from transformers.utils import logging as hf_logging  # the engines load transformers anyway
@@ -131,9 +133,20 @@ def _main(argv: Sequence[str] | None) -> int:
     hf_logging.disable_progress_bar()  # the weight-loading bar; the step lines say what happens
     t0 = time.perf_counter()
     try:
-        records = launch.launch(plan, progress=not args.no_progress, on_stage=_fault_hook())
+        records = launch.launch(
+            plan,
+            progress=not args.no_progress,
+            on_stage=_fault_hook(),
+            say=(lambda line: print(line, flush=True)) if rank == 0 else None,
+        )
     except RunFolderBusy as exc:
         raise UsageError(str(exc)) from None
+    except DiskFull as exc:
+        hint = (
+            "the run folder keeps its last whole state; free space there, then continue with "
+            f"{PROG} --resume {shlex.quote(str(run_dir))}"
+        )
+        raise DiskFull(exc.path, hint) from exc
     if rank == 0:
         _report(records, time.perf_counter() - t0, run_dir, not args.no_plot, cfg.method)
     return 0

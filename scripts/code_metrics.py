@@ -29,7 +29,10 @@ BIG = 800
 
 
 def _files(root: Path, top: str) -> list[Path]:
-    return sorted(p for p in (root / top).rglob("*.py") if "solutions" not in p.parts)
+    """The package's modules (task solutions left out); for ``benchmarks`` its scripts only
+    (run folders below it hold generated scripts)."""
+    found = (root / top).glob("*.py") if top == "benchmarks" else (root / top).rglob("*.py")
+    return sorted(p for p in found if "solutions" not in p.parts)
 
 
 def _module(root: Path, path: Path) -> str:

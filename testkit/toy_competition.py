@@ -3,23 +3,35 @@
 :func:`build_competition` writes ``<root>/<id>/`` with ``config.yaml``, ``description.md``,
 ``prepared/public/{test,sample_submission}.csv`` (8 ids, feature ``x``), the private answers
 ``prepared/private/answers.csv`` (labels :data:`ANSWERS`) and, when given, ``leaderboard.csv``.
-Graders: :func:`toy_accuracy` (higher is better) and :func:`toy_mae` (lower is better), named
-``testkit.toy_competition:toy_accuracy`` / ``:toy_mae`` in a config.
+Graders: :func:`toy_accuracy` (higher is better), :func:`toy_mae` (lower is better) and
+:func:`toy_hang` (never returns), named ``testkit.toy_competition:toy_accuracy`` / ``:toy_mae`` /
+``:toy_hang`` in a config.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["ANSWERS", "ACCURACY", "MAE", "build_competition", "toy_accuracy", "toy_mae"]
+__all__ = [
+    "ANSWERS",
+    "ACCURACY",
+    "HANG",
+    "MAE",
+    "build_competition",
+    "toy_accuracy",
+    "toy_hang",
+    "toy_mae",
+]
 
 ANSWERS = [0, 1, 1, 0, 1, 0, 0, 1]
 ACCURACY = "testkit.toy_competition:toy_accuracy"
+HANG = "testkit.toy_competition:toy_hang"
 MAE = "testkit.toy_competition:toy_mae"
 
 PERFECT = """
@@ -39,6 +51,12 @@ def toy_accuracy(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
     return float(np.mean(merged["label_true"].to_numpy() == merged["label_pred"].to_numpy()))
 
 
+def toy_hang(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
+    """A grader that never returns (a hung grader): the grading time limit must end it."""
+    while True:
+        time.sleep(1.0)
+
+
 def toy_mae(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
     """Grader of the lower-is-better toy: mean absolute error of ``label``."""
     merged = answers.merge(submission, on="id", suffixes=("_true", "_pred"))
@@ -47,9 +65,15 @@ def toy_mae(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
 
 
 def build_competition(
-    root: Path, comp_id: str, grade_fn: str, lower: bool, board: Sequence[float] | None = None
+    root: Path,
+    comp_id: str,
+    grade_fn: str,
+    lower: bool,
+    board: Sequence[float] | None = None,
+    grading_time_s: float | None = None,
 ) -> Path:
-    """Write the toy competition ``comp_id`` under ``root``; returns its folder."""
+    """Write the toy competition ``comp_id`` under ``root`` (``grading_time_s``: its
+    ``grader.time_s``); returns its folder."""
     comp = Path(root) / comp_id
     pub, priv = comp / "prepared" / "public", comp / "prepared" / "private"
     pub.mkdir(parents=True)
@@ -66,7 +90,8 @@ def build_competition(
         "name": comp_id,
         "description": "description.md",
         "lower_is_better": lower,
-        "grader": {"name": grade_fn.split(":")[1], "grade_fn": grade_fn},
+        "grader": {"name": grade_fn.split(":")[1], "grade_fn": grade_fn}
+        | ({} if grading_time_s is None else {"time_s": grading_time_s}),
         "dataset": {
             "answers": f"{comp_id}/prepared/private/answers.csv",
             "sample_submission": f"{comp_id}/prepared/public/sample_submission.csv",

@@ -10,11 +10,9 @@ and the value (rpg_core.cli); the runs' settings by ``rpg_llm.launch`` (``make_c
 from __future__ import annotations
 
 import argparse
-import fcntl
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
 
 from paper_figures.llm_table.markdown import protocol_text, table_markdown
 from paper_figures.llm_table.plan import RunSpec, check_runs, run_configs, run_specs, run_state
@@ -33,6 +31,7 @@ from paper_figures.llm_table.settings import (
 )
 from paper_figures.llm_table.stats import trimmed_average
 from rpg_core.cli import ArgumentParser, UsageError, comma_list, out_folder, run_cli
+from rpg_core.filelock import FileLock, LockBusy
 from rpg_llm.config import LoopConfig
 from rpg_llm.env import tasks
 
@@ -207,24 +206,22 @@ def check_settings(s: TableSettings) -> None:
         raise UsageError(f"--probe-parents must be >= 1, got {s.probe_parents}")
 
 
-def _lock(out: Path) -> TextIO:
-    """Hold an exclusive lock on ``<out>/.llm_table.lock`` for the life of the returned file, so
-    that two tables never run (or resume) the same run folders at once.
+def _lock(out: Path) -> FileLock:
+    """Hold an exclusive lock on ``<out>/.llm_table.lock`` until the returned lock is let go (or
+    the process ends), so that two tables never run (or resume) the same run folders at once.
 
     Raises:
-        UsageError: the folder cannot be made, or another table holds the lock (names ``--out``).
+        UsageError: the folder cannot be made, or another table holds the lock (names ``--out``
+            and the holder's pid, host and start time).
     """
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UsageError(f"--out {out}: cannot make the folder ({err.strerror or err})") from None
-    fh = open(out / ".llm_table.lock", "w")  # noqa: SIM115 - held until the process ends
     try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.close()
-        raise UsageError(f"--out {out} is in use by another {PROG}; wait for it to end") from None
-    return fh
+        return FileLock(out / ".llm_table.lock", f"--out {out} ({PROG})", wait=False).acquire()
+    except LockBusy as err:
+        raise UsageError(str(err)) from None
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -250,8 +247,11 @@ def _main(argv: Sequence[str] | None) -> int:
                 f"{len(specs)} runs finished; --table-only)"
             )
         return _table(args, s, out, specs, cfgs)
-    with _lock(out):
+    lock = _lock(out)
+    try:
         return _table(args, s, out, specs, cfgs)
+    finally:
+        lock.release()
 
 
 def _table(

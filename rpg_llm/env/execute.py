@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_core.cli import ArgumentParser, UsageError, input_file, run_cli
 from rpg_llm.env.outcome import (
     INFRA_REWARD,
     OUTCOME_STATUSES,
@@ -44,6 +44,8 @@ __all__ = [
 ]
 
 PROG = "python -m rpg_llm.env.execute"
+MAX_SCRIPT_BYTES = 10 * 2**20
+"""The largest script the command reads (a script is text a policy wrote: kilobytes)."""
 
 
 def _parser() -> ArgumentParser:
@@ -60,17 +62,14 @@ def _parser() -> ArgumentParser:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if not args.script.exists():
-        raise UsageError(f"script {str(args.script)!r} not found")
-    if not args.script.is_file():
-        raise UsageError(f"script {str(args.script)!r} is a folder, not a Python file")
+    data = input_file("script", args.script, MAX_SCRIPT_BYTES)
     if not 0 < args.timeout <= MAX_TIMEOUT_S:
         raise UsageError(
             f"--timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds (24 h), "
             f"got {args.timeout}"
         )
     try:
-        code = args.script.read_text(encoding="utf-8")
+        code = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(
             f"script {str(args.script)!r} is not UTF-8 text (byte {exc.start}: {exc.reason})"

@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from rpg_core.cli import ArgumentParser, UsageError, run_cli
+from rpg_core.cli import ArgumentParser, UsageError, file_kind, run_cli
 from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, data_root_arg, mlebench_dir_arg
 from rpg_llm.env.tasks.format import load_competition
 from rpg_llm.env.tasks.grading import grade_submission, raw_reward
@@ -58,10 +58,11 @@ def _main(argv: Sequence[str] | None) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     # after the competition, so that a bad id and a bad file at once name the id first
-    if not (args.submission.exists()):
+    kind = file_kind(args.submission)
+    if kind == "missing":
         raise UsageError(f"submission file not found: {args.submission}")
-    if not (args.submission.is_file()):
-        raise UsageError(f"submission {args.submission} is a folder, not a CSV file")
+    if kind != "a regular file":
+        raise UsageError(f"submission {args.submission} is {kind}, not a CSV file")
     report = grade_submission(comp, args.submission)  # GradingSetupError: exit 1, one line
     out = {"competition": comp.id, "submission": str(args.submission), **report.to_dict()}
     try:

@@ -22,8 +22,10 @@ from __future__ import annotations
 import copy
 import math
 import os
+import pickle
 import shutil
 import warnings
+import zipfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -31,7 +33,9 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from rpg_core.diskfull import naming_disk_full, write_with
 from rpg_llm.config import PPOConfig
+from rpg_llm.learner.checkpoint import CheckpointDamaged, check_checkpoint_file
 from rpg_llm.learner.forward import (
     PPOBatch,
     ValueModel,
@@ -222,6 +226,11 @@ class PPOTrainer:
         ``seq_len = Q + R``: every forward pass runs ``B`` rows of ``seq_len`` tokens, so an
         update's time is compared per ``B * seq_len``.
 
+        A batch with ``behaviour_logprobs`` (answers of an older policy) takes the general
+        path with the ratio ``pi / mu`` against them, clipped as usual: the importance ratio of
+        off-policy PPO (Espeholt et al. 2018 use the same truncated ratio); the KL penalty is
+        then taken against the behaviour policy's log-probs too.
+
         Args:
             batch: the rollout batch (``B`` rows).
             single_pass: as in :func:`takes_rollout_pass` (None: the cheapest path that applies).
@@ -232,11 +241,15 @@ class PPOTrainer:
         cfg = self.config
         batch = batch.to(self.accelerator.device)
         B, mask = batch.scores.shape[0], batch.response_mask.float()
-        if takes_rollout_pass(cfg, B, single_pass):
+        behaviour = batch.behaviour_logprobs
+        if behaviour is None and takes_rollout_pass(cfg, B, single_pass):
             return self._rollout_pass_step(batch)
-        # 1. rollout statistics at the rollout's parameters
+        # 1. rollout statistics at the rollout's parameters; the ratio's denominator is the
+        #    policy that generated the answers (an older one in the asynchronous loop)
         roll = self._rollout_stats(batch)
         old_logprobs, old_values = roll["old_logprobs"], roll["old_values"]
+        if behaviour is not None:
+            old_logprobs = behaviour.to(old_logprobs.dtype) * mask
         # 2. token rewards: the score at the last token, the KL penalty at every token
         rewards, kl = kl_penalized_rewards(
             batch.scores.float(), old_logprobs, roll["ref_logprobs"], mask, cfg.kl_coef
@@ -470,7 +483,11 @@ class PPOTrainer:
         Full fine-tuning: actor, critic and both AdamW states. LoRA: only the adapters and the
         value head (:meth:`trainable_state`) and their AdamW states (the optimisers hold only
         those). Plus the update counter, the config and the temperature. Atomic: a temporary
-        folder, then a rename.
+        folder, then a rename; a failed write removes the temporary folder (the previous
+        checkpoint stays whole).
+
+        Raises:
+            DiskFull: the disk filled up while writing (names ``trainer.pt``).
         """
         folder = Path(folder)
         tmp = folder.with_name(folder.name + ".tmp")
@@ -486,7 +503,8 @@ class PPOTrainer:
             "temperature": self.temperature,
         }
         if acc.is_main_process:
-            torch.save(state, tmp / "trainer.pt")
+            with naming_disk_full(tmp / "trainer.pt", lambda: shutil.rmtree(tmp, True)):
+                write_with(tmp / "trainer.pt", lambda f: torch.save(state, f))
             if folder.exists():
                 shutil.rmtree(folder, ignore_errors=True)
             os.replace(tmp, folder)
@@ -501,13 +519,26 @@ class PPOTrainer:
 
         Raises:
             FileNotFoundError: no checkpoint in ``folder``.
+            CheckpointDamaged: ``trainer.pt`` cannot be read (names it and the cause).
             ValueError: a LoRA checkpoint loaded into a full fine-tuning trainer or the reverse,
                 or parameter names that differ from this trainer's.
         """
         path = Path(folder) / "trainer.pt"
         if not path.exists():
             raise FileNotFoundError(f"no checkpoint at {path}")
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        check_checkpoint_file(path)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except (
+            pickle.UnpicklingError,
+            RuntimeError,
+            EOFError,
+            ValueError,
+            zipfile.BadZipFile,
+        ) as err:
+            raise CheckpointDamaged(path, f"{type(err).__name__}: {err}") from None
+        if not isinstance(state, dict) or not {"actor", "critic", "actor_opt"} <= set(state):
+            raise CheckpointDamaged(path, "it holds no trainer state")
         saved_lora = bool(state.get("lora", False))
         if saved_lora != self.lora:
             raise ValueError(

@@ -213,7 +213,7 @@ def store_entry(
         save_file(state, str(tmp / "model.safetensors"))
         (tmp / "info.json").write_text(json.dumps(info, indent=1) + "\n")
         os.replace(tmp, folder)
-    except OSError:
+    except Exception:  # a full disk reaches here as OSError or as safetensors' own error
         shutil.rmtree(tmp, ignore_errors=True)
         if not (folder / "info.json").exists():
             raise

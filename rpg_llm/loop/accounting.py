@@ -175,14 +175,33 @@ class Accounts:
         if valid.any():
             self.best = max(self.best, float(raw[valid].max()))
 
+    def feed(self, step: int, samples: list[Sample]) -> float:
+        """Feed ``samples`` into the slots (what :meth:`fed` gives of them) and refit
+        ``rho_hat`` on the slot sums (Algorithm 1, line 9); returns it (1/s)."""
+        _, rate, valid, delta = self._arrays(samples)
+        return self._feed(step, samples, *self.fed(rate, valid, delta, self._charged(valid, delta)))
+
+    def _charged(self, valid: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        return charged_time(valid, delta, self.cfg)
+
+    def reward(self, samples: list[Sample], rho: float) -> StepRewards:
+        """The rewards of ``samples`` at ``rho`` (Algorithm 1, line 10): ``r - rho * delta`` in
+        the RPG arm, the raw reward in the vanilla arm, plus the improvement bonus on a new best
+        (:func:`rpg_llm.loop.rewards.step_rewards`); the best scores move on."""
+        raw, _, valid, delta = self._arrays(samples)
+        return self._reward(raw, valid, delta, rho, self._charged(valid, delta))
+
     def account(self, step: int, samples: list[Sample]) -> StepRewards:
-        """One step's accounting (Algorithm 1, lines 9-10): feed its samples into the slots,
-        refit ``rho_hat`` on the slot sums, then the rewards at that ``rho_hat``: ``r - rho_hat
-        * delta`` in the RPG arm, the raw reward in the vanilla arm, plus the improvement bonus
-        on a new best (:func:`rpg_llm.loop.rewards.step_rewards`)."""
+        """One synchronous step's accounting: :meth:`feed` its samples, then :meth:`reward`
+        them at the refitted ``rho_hat`` (the arrays and charged times computed once)."""
         raw, rate, valid, delta = self._arrays(samples)
-        times = charged_time(valid, delta, self.cfg)
+        times = self._charged(valid, delta)
         rho = self._feed(step, samples, *self.fed(rate, valid, delta, times))
+        return self._reward(raw, valid, delta, rho, times)
+
+    def _reward(
+        self, raw: np.ndarray, valid: np.ndarray, delta: np.ndarray, rho: float, times: np.ndarray
+    ) -> StepRewards:
         sr = step_rewards(raw, valid, delta, rho, self.best, self.cfg, times=times)
         self.best = sr.best
         if valid.any():

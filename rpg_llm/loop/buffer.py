@@ -21,6 +21,8 @@ from dataclasses import astuple, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from rpg_core.diskfull import DiskFull, is_disk_full
+
 SAMPLE_STATUSES = ("ok", "timeout", "oom", "error", "invalid", "infra")
 
 _SCHEMA = """
@@ -148,6 +150,7 @@ class SampleBuffer:
           ValueError: a sample is malformed (checked for all samples before anything is
             written), or the buffer already holds a sample with the same ``(run, step, row)``
             (then nothing of ``samples`` is written).
+          DiskFull: the disk is full (nothing of ``samples`` is written; names the buffer).
         """
         samples = list(samples)
         for s in samples:
@@ -174,8 +177,10 @@ class SampleBuffer:
                     f"{self.path} already holds run {s.run!r} step {s.step} row {s.row}; "
                     "a sample is stored once"
                 ) from None
-            except BaseException:
+            except BaseException as err:
                 cur.execute("ROLLBACK")
+                if is_disk_full(err):  # SQLite: "database or disk is full", no path
+                    raise DiskFull(self.path) from err
                 raise
         return ids
 

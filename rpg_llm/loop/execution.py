@@ -5,8 +5,9 @@ format: ``script``, the fenced code block; ``edit``, the block's ``NAME = <liter
 to the row's parent script (a block holding a whole script runs as that script). An answer without
 a block, or an edit that cannot be applied, is an ``invalid`` sample with the action's outcome
 text (naming the line), not run. The buffer stores the complete script that ran. The scripts
-run in parallel in the sandbox and are graded; every sample of the step is stored in one buffer
-transaction. :func:`make_sample` is the one place a buffer sample is built.
+run in parallel on the execution service (:mod:`rpg_llm.env.service`) and are graded; every
+sample of the step is stored in one buffer transaction. :func:`make_sample` is the one place
+a buffer sample is built.
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ from typing import TYPE_CHECKING
 from rpg_llm.config import LoopConfig
 from rpg_llm.env.actions import NO_BLOCK_TEXT, Action, parse_action
 from rpg_llm.env.outcome import Outcome
-from rpg_llm.env.sandbox import BatchExecutor, Sandbox
-from rpg_llm.env.types import Task
+from rpg_llm.env.service import ExecutionService
 from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.rewards import INVALID_REWARD
 from rpg_llm.loop.rollout import prompt_hash
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rpg_llm.loop.backends import Backends
     from rpg_llm.loop.pipeline import Answers
 
 __all__ = [
@@ -124,35 +123,34 @@ def execute_rows(
     answers: Answers,
     actions: Sequence[Action],
     cfg: LoopConfig,
-    comp: Task,
-    backends: Backends,
-    sandbox: Sandbox,
-    executor: BatchExecutor | None,
+    task_id: str,
+    sample_cls: type[Sample],
+    service: ExecutionService,
 ) -> tuple[list[Sample], float]:
     """Run and grade the scripts of ``answers`` (their :class:`rpg_llm.env.actions.Action`
-    ``actions``); returns (unsaved samples in row order, seconds). An answer without a script
-    is an invalid sample that does not run.
+    ``actions``) on the execution service; returns (unsaved samples in row order, seconds). An
+    answer without a script is an invalid sample that does not run.
 
     Args:
         answers: :class:`rpg_llm.loop.pipeline.Answers` (one step's rows, or a process's share);
-        cfg: the run's settings; comp: the task; backends: :class:`rpg_llm.loop.backends.Backends`.
+        cfg: the run's settings; task_id: the task's id; sample_cls: the buffer's sample type;
+        service: :class:`rpg_llm.env.service.ExecutionService` (the scripts run as one batch).
     """
     codes = [a.script for a in actions]
-    runnable = [i for i, c in enumerate(codes) if c is not None]
+    scripts = {i: c for i, c in enumerate(codes) if c is not None}
+    runnable = list(scripts)
     t0 = time.perf_counter()
-    outcomes = backends.run_batch(
-        [codes[i] for i in runnable], comp, sandbox, cfg.timeout_s, executor
-    )
+    outcomes = [f.result() for f in service.submit(list(scripts.values()))]
     seconds = time.perf_counter() - t0
     by_index = dict(zip(runnable, outcomes, strict=True))
     now = time.time()
     samples = [
         make_sample(
-            backends.sample_cls,
+            sample_cls,
             run=cfg.name,
             step=answers.step,
             row=row,
-            task=comp.id,
+            task=task_id,
             parent_id=answers.parent_ids[i],
             prompt=answers.prompts[i],
             code=code if i in by_index and (code := codes[i]) is not None else text,
@@ -186,23 +184,23 @@ def rollout_actions(
 def execute_seeds(
     solutions: list[tuple[str, str]],
     cfg: LoopConfig,
-    comp: Task,
-    backends: Backends,
-    sandbox: Sandbox,
-    executor: BatchExecutor | None,
+    task_id: str,
+    sample_cls: type[Sample],
+    service: ExecutionService,
     step: int,
 ) -> list[Sample]:
-    """Run and grade the task's baseline solutions; unsaved samples of step ``step``."""
+    """Run and grade the task's baseline solutions on the execution service; unsaved samples of
+    step ``step``."""
     codes = [code for _, code in solutions]
-    outcomes = backends.run_batch(codes, comp, sandbox, cfg.timeout_s, executor)
+    outcomes = [f.result() for f in service.submit(codes)]
     now = time.time()
     return [
         make_sample(
-            backends.sample_cls,
+            sample_cls,
             run=cfg.name,
             step=step,
             row=i,
-            task=comp.id,
+            task=task_id,
             parent_id=None,
             prompt=f"seed:{name}",
             code=code,

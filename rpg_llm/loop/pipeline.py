@@ -30,11 +30,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from rpg_llm.config import LoopConfig
 from rpg_llm.env.actions import Action
+from rpg_llm.env.outcome import Outcome
 from rpg_llm.env.sandbox.workdir import remove_stale_workdirs
 from rpg_llm.env.types import Task
 from rpg_llm.loop.accounting import Accounts, RateTracker, check_task_rewards
@@ -200,7 +202,8 @@ class RunEnv:
     """The environment side of one run, shared by both engines (module docstring).
 
     Makes the run folder (or, with ``resume``, checks that its buffer is readable), loads the
-    task, opens the buffer, the sandbox and the executor, and sets up the rate accounts.
+    task, opens the buffer, the sandbox and the execution service (:mod:`rpg_llm.env.service`:
+    this host, or Ray with ``--executor ray``), and sets up the rate accounts.
     Nothing here loads a model.
 
     Args:
@@ -253,7 +256,11 @@ class RunEnv:
         limits = getattr(self.sandbox, "limits", None)
         if dist.main and limits is not None and remove_stale_workdirs(limits.workdir_root):
             log.info("removed the working folders of ended processes")
-        self.executor = self.backends.make_executor(cfg.executor, cfg.workers)
+
+        def run_batch(*args: Any) -> list[Outcome]:  # read at each call: tests swap it
+            return self.backends.run_batch(*args)
+
+        self.service = self.backends.make_service(cfg, self.task, self.sandbox, run_batch)
         slots = cfg.num_slots or min(128, cfg.batch_size)
         rates = RateTracker(self.backends.estimator, slots, cfg.seed, cfg.estimator_batches)
         self.accounts = Accounts(rates, cfg.reward, self.task.own_rewards())
@@ -303,8 +310,9 @@ class RunEnv:
             if not solutions:
                 log.warning("task %s has no baselines: the run starts unseeded", self.task.id)
             else:
-                env = (self.task, self.backends, self.sandbox, self.executor)
-                seeds = execute_seeds(solutions, cfg, *env, SEED_STEP)
+                seeds = execute_seeds(
+                    solutions, cfg, self.task.id, self.backends.sample_cls, self.service, SEED_STEP
+                )
                 n = len(self.buffer.add_many(seeds))
                 log.info("seeded the buffer with %d baseline solutions", n)
         self.dist.barrier()
@@ -313,7 +321,10 @@ class RunEnv:
     def rebuild(self, start_step: int) -> None:
         """Replay the slot sums, ``rho_hat``, the best score and the parent buffer over the
         seeds and the steps ``1 .. start_step - 1`` from the buffer (the same refits and trims as
-        the first time), and rewrite ``samples.csv`` up to there.
+        the first time), and rewrite ``samples.csv`` up to there from the buffer and the
+        replayed rewards (a missing or short ``samples.csv`` is whole again; the answers' token
+        counts, which the buffer does not hold, are kept from the old file where it has the
+        row).
 
         Raises:
             RuntimeError: such a step does not hold ``batch_size`` samples.
@@ -321,13 +332,15 @@ class RunEnv:
         seeds = self.step_samples(SEED_STEP)
         self.accounts.feed_seeds(SEED_STEP, seeds)
         self.parents.add(seeds, self.ranking_price())
+        replayed = []
         for step in range(1, start_step):
             samples = self.step_samples(step)
             if len(samples) != self.cfg.batch_size:
                 raise RuntimeError(f"buffer holds {len(samples)} samples for checkpointed {step}")
-            self.accounts.account(step, samples)
+            sr = self.accounts.account(step, samples)
             self.parents.add(samples, self.ranking_price())
-        self.recorder.reset_samples(seeds, start_step - 1)
+            replayed.append((samples, sr.rewards))
+        self.recorder.rebuild_samples(seeds, replayed)
 
     def start(self, first_step: int, progress: bool, planned_steps: int | None = None) -> None:
         """The progress display from ``first_step`` over ``planned_steps`` (default
@@ -356,8 +369,9 @@ class RunEnv:
     def execute(self, answers: Answers) -> Executed:
         """Run and grade ``answers`` (this process's rows) in the sandbox: unsaved samples."""
         actions = answers.actions(self.cfg.action)
-        env = (self.cfg, self.task, self.backends, self.sandbox, self.executor)
-        samples, seconds = execute_rows(answers, actions, *env)
+        samples, seconds = execute_rows(
+            answers, actions, self.cfg, self.task.id, self.backends.sample_cls, self.service
+        )
         return Executed(
             samples, answer_counts(actions), answers.tokens, seconds, answers.gen_seconds,
             answers.capped,
@@ -442,11 +456,9 @@ class RunEnv:
         return rec
 
     def close(self) -> None:
-        """End the display, the executor, the buffer and the log."""
+        """End the display, the execution service, the buffer and the log."""
         if self.console is not None:
             self.console.close()
-        for resource in (self.executor, self.buffer):
-            close = getattr(resource, "shutdown", None) or getattr(resource, "close", None)
-            if close is not None:
-                close()
+        self.service.close()
+        self.buffer.close()
         self.recorder.close()

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -158,10 +159,11 @@ def sample_rows(
     samples: list[Sample],
     folder: RunFolder,
     rewards: np.ndarray | None = None,
-    tokens: list[int] | None = None,
+    tokens: Sequence[int | str] | None = None,
 ) -> list[dict[str, Any]]:
     """``samples.csv`` rows of stored samples (``rewards``: the relative rewards given to PPO,
-    ``[B]``; ``tokens``: response lengths; both None for the seed solutions)."""
+    ``[B]``; ``tokens``: response lengths, ``""`` where unknown; both None for the seed
+    solutions)."""
     return [
         {
             "step": s.step,
@@ -249,13 +251,35 @@ class Recorder:
             self.folder.write_script(s.step, s.row, s.code)
         self.folder.reset_samples_csv(sample_rows(seeds, self.folder), done)
 
+    def rebuild_samples(
+        self, seeds: list[Sample], steps: Sequence[tuple[list[Sample], np.ndarray]]
+    ) -> None:
+        """Main process, before the first step run: rewrite ``samples.csv`` from the buffer:
+        the seeds, then each replayed step's samples with the relative rewards the replay gave
+        them (``steps``: ``(samples, rewards)`` of steps ``1..done``, in order). The token
+        counts come from the old file where it holds the row (the buffer has none; empty
+        otherwise); a script missing under ``scripts/`` is written again."""
+        if not self.main:
+            return
+        tokens = {(r["step"], r["row"]): r["tokens"] for r in self.folder.read_samples_csv()}
+        rows = sample_rows(seeds, self.folder)
+        for samples, rewards in steps:
+            counts = [tokens.get((str(s.step), str(s.row)), "") for s in samples]
+            rows += sample_rows(samples, self.folder, rewards, counts)
+        for s in [*seeds, *(x for samples, _ in steps for x in samples)]:
+            if not self.folder.script_path(s.step, s.row).exists():
+                self.folder.write_script(s.step, s.row, s.code)
+        self.folder.write_samples_csv(rows)
+
     def checkpoint(self, ppo: Any, step: int, keep: int) -> None:
         """Save the trainer state after ``step`` (collective), prune old checkpoints and the
-        rollouts they cover."""
+        rollouts of the steps the oldest kept checkpoint covers (the later ones stay, so that a
+        resume can continue from that checkpoint when a newer one is damaged)."""
         ppo.save(self.folder.checkpoint_path(step))
         if self.main:
             self.folder.prune_checkpoints(keep)
-            self.folder.prune_rollouts(step)
+            kept = self.folder.checkpoints()
+            self.folder.prune_rollouts(kept[0] if kept else step)
 
     def close(self) -> None:
         if self._tb is not None:

@@ -4,6 +4,9 @@ Layout::
 
     RUN_DIR/
       config.json            settings of the run (method, task, model, seeded or not, ...)
+      identity.json          the same settings and the model's weights digest, written once at
+                             creation (read-only); a resume refuses a config.json that differs
+                             (rpg_llm.loop.runidentity)
       buffer.sqlite          every sample, durably (rpg_llm.loop.buffer.SampleBuffer, SQLite WAL)
       metrics.jsonl          one JSON line per finished step
       tb/                    TensorBoard event files
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import io
 import json
 import os
 import shutil
@@ -36,6 +40,9 @@ import sqlite3
 import time
 from pathlib import Path
 from typing import Any
+
+from rpg_core.diskfull import naming_disk_full, write_with
+from rpg_llm.loop import runidentity
 
 __all__ = [
     "RunFolder",
@@ -116,10 +123,47 @@ class RunLock:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    """Write ``obj`` as indented JSON to ``path`` atomically.
+
+    Raises:
+        DiskFull: the disk is full (the old file, if any, is left whole).
+    """
+    _write_atomic(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename; a failed write leaves
+    ``path`` as it was and no temporary file.
+
+    Raises:
+        DiskFull: the disk is full (names ``path``).
+    """
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    with naming_disk_full(path, lambda: tmp.unlink(missing_ok=True)):
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+
+def _append(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path`` and fsync; a failed append is cut off again, so the file
+    never ends in half a line.
+
+    Raises:
+        DiskFull: the disk is full (names ``path``).
+    """
+    with open(path, "ab") as fh:
+        size = fh.tell()
+
+        def cut() -> None:
+            try:
+                os.truncate(path, size)
+            except OSError:
+                pass
+
+        with naming_disk_full(path, cut):
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
 
 
 class RunFolder:
@@ -136,6 +180,11 @@ class RunFolder:
     @property
     def config_path(self) -> Path:
         return self.root / "config.json"
+
+    @property
+    def identity_path(self) -> Path:
+        """The run's identity record (:mod:`rpg_llm.loop.runidentity`), written once."""
+        return self.root / runidentity.IDENTITY_FILE
 
     @property
     def buffer_path(self) -> Path:
@@ -183,7 +232,9 @@ class RunFolder:
 
     # -- creation -------------------------------------------------------------------------------
     def create(self, config: dict[str, Any]) -> None:
-        """Make the folder tree and write ``config.json``.
+        """Make the folder tree, write the identity record (``identity.json``: the settings and
+        the weights digest of ``config["model"]`` where it is on this machine, once) and
+        ``config.json``.
 
         Raises:
             ValueError: the folder already holds a run (use ``--resume`` for it).
@@ -195,7 +246,42 @@ class RunFolder:
             )
         for d in (self.root, self.checkpoint_dir, self.rollout_dir, self.log_path.parent):
             d.mkdir(parents=True, exist_ok=True)
+        model = config.get("model")
+        digest = runidentity.model_digest(model) if isinstance(model, str) else None
+        self.identity_path.unlink(missing_ok=True)  # a record left by a creation cut short
+        runidentity.write_identity(self.identity_path, runidentity.identity_record(config, digest))
         write_json_atomic(self.config_path, config)
+
+    def load_identity(self) -> dict[str, Any] | None:
+        """The identity record (None: a folder made before records existed).
+
+        Raises:
+            ValueError: ``identity.json`` is not a record (names it).
+        """
+        return runidentity.read_identity(self.identity_path)
+
+    def check_identity(self) -> None:
+        """Check that ``config.json`` still holds the settings the run was made with (its
+        identity record), but for what a resume may change
+        (:data:`rpg_llm.loop.runidentity.RESUME_MAY_CHANGE`). A folder without a record
+        passes.
+
+        Raises:
+            ValueError: one line naming the setting, its value at creation and now, and what
+                to do.
+        """
+        record = self.load_identity()
+        if record is None:
+            return
+        diff = runidentity.identity_difference(record, self.load_config())
+        if diff is not None:
+            may = ", ".join(runidentity.RESUME_MAY_CHANGE)
+            raise ValueError(
+                f"{self.config_path} changes {diff.text()} (the run's record: "
+                f"{self.identity_path}); a resume keeps the run's settings and may change only "
+                f"{may} (the budget only to a larger one): put {diff.field} back, or start a new "
+                f"run from these settings with --config {self.config_path} --out NEW_FOLDER"
+            )
 
     def load_config(self) -> dict[str, Any]:
         """Read ``config.json``.
@@ -226,12 +312,15 @@ class RunFolder:
         return RunLock(self.root / ".lock").acquire()
 
     def check_resumable(self) -> None:
-        """Check, before any model loads, that a resume can read the run's buffer.
+        """Check, before any model loads, that ``config.json`` is the run's own
+        (:meth:`check_identity`) and that a resume can read the run's buffer.
 
         Raises:
-            ValueError: naming ``buffer.sqlite``: missing or empty while steps were checkpointed,
-                or not a readable SQLite database with a ``samples`` table.
+            ValueError: a setting that differs from the run's record (named); naming
+                ``buffer.sqlite``: missing or empty while steps were checkpointed, or not a
+                readable SQLite database with a ``samples`` table.
         """
+        self.check_identity()
         path = self.buffer_path
         done = self.latest_checkpoint()
         size = path.stat().st_size if path.exists() else None
@@ -255,11 +344,13 @@ class RunFolder:
 
     # -- metrics --------------------------------------------------------------------------------
     def append_metrics(self, record: dict[str, Any]) -> None:
-        """Append one JSON line and fsync it."""
-        with open(self.metrics_path, "a") as fh:
-            fh.write(json.dumps(record, sort_keys=True, default=float) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        """Append one JSON line and fsync it (a failed append leaves no half line).
+
+        Raises:
+            DiskFull: the disk is full (names ``metrics.jsonl``).
+        """
+        line = json.dumps(record, sort_keys=True, default=float) + "\n"
+        _append(self.metrics_path, line.encode())
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """All complete metric lines (a torn last line is skipped)."""
@@ -273,33 +364,44 @@ class RunFolder:
                 continue
         return out
 
+    def drop_sft_metrics(self) -> int:
+        """Remove the SFT loss lines (those with ``sft_step``) from ``metrics.jsonl``, before an
+        SFT stopped in its middle is run again; returns how many there were."""
+        metrics = self.read_metrics()
+        keep = [m for m in metrics if "sft_step" not in m]
+        if len(keep) < len(metrics):
+            text = "".join(json.dumps(m, sort_keys=True) + "\n" for m in keep)
+            _write_atomic(self.metrics_path, text.encode())
+        return len(metrics) - len(keep)
+
     def truncate_metrics(self, max_step: int) -> None:
         """Keep only the metric lines of steps <= ``max_step`` (before replaying later steps)."""
         keep = [m for m in self.read_metrics() if int(m.get("step", 0)) <= max_step]
-        tmp = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(m, sort_keys=True) + "\n" for m in keep))
-        os.replace(tmp, self.metrics_path)
+        text = "".join(json.dumps(m, sort_keys=True) + "\n" for m in keep)
+        _write_atomic(self.metrics_path, text.encode())
 
     # -- samples on disk ------------------------------------------------------------------------
     def write_script(self, step: int, row: int, code: str) -> Path:
         """Write one script (atomically; rewriting the same script is harmless)."""
         path = self.script_path(step, row)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(code)
-        os.replace(tmp, path)
+        _write_atomic(path, code.encode())
         return path
 
     def append_samples_csv(self, rows: list[dict[str, Any]]) -> None:
-        """Append rows (:data:`SAMPLES_CSV_FIELDS`) to ``samples.csv`` and fsync."""
-        new = not self.samples_csv_path.exists()
-        with open(self.samples_csv_path, "a", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=SAMPLES_CSV_FIELDS)
-            if new:
-                w.writeheader()
-            w.writerows(rows)
-            fh.flush()
-            os.fsync(fh.fileno())
+        """Append rows (:data:`SAMPLES_CSV_FIELDS`) to ``samples.csv`` and fsync (a failed
+        append leaves no half row).
+
+        Raises:
+            DiskFull: the disk is full (names ``samples.csv``).
+        """
+        new = not self.samples_csv_path.exists() or not self.samples_csv_path.stat().st_size
+        text = io.StringIO()
+        w = csv.DictWriter(text, fieldnames=SAMPLES_CSV_FIELDS)
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+        _append(self.samples_csv_path, text.getvalue().encode())
 
     def read_samples_csv(self) -> list[dict[str, str]]:
         """The rows of ``samples.csv`` (a torn last line is dropped)."""
@@ -313,12 +415,19 @@ class RunFolder:
         """Rewrite ``samples.csv`` as ``seed_rows`` then its rows of steps ``1 .. max_step``
         (before later steps are replayed on resume, so no row is written twice)."""
         keep = [r for r in self.read_samples_csv() if 1 <= int(r["step"]) <= max_step]
-        tmp = self.samples_csv_path.with_name(self.samples_csv_path.name + ".tmp")
-        with open(tmp, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=SAMPLES_CSV_FIELDS)
-            w.writeheader()
-            w.writerows([*seed_rows, *keep])
-        os.replace(tmp, self.samples_csv_path)
+        self.write_samples_csv([*seed_rows, *keep])
+
+    def write_samples_csv(self, rows: list[dict[str, Any]]) -> None:
+        """Rewrite ``samples.csv`` as ``rows`` (atomically).
+
+        Raises:
+            DiskFull: the disk is full (the old file is left whole).
+        """
+        text = io.StringIO()
+        w = csv.DictWriter(text, fieldnames=SAMPLES_CSV_FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+        _write_atomic(self.samples_csv_path, text.getvalue().encode())
 
     # -- checkpoints ----------------------------------------------------------------------------
     def checkpoint_path(self, step: int) -> Path:
@@ -330,15 +439,53 @@ class RunFolder:
             return []
         steps = []
         for p in self.checkpoint_dir.iterdir():
-            if p.name.startswith("step_") and not p.name.endswith(".tmp"):
-                if (p / "trainer.pt").exists():
-                    steps.append(int(p.name.split("_")[1]))
+            number = p.name.removeprefix("step_")
+            if p.name.startswith("step_") and number.isdigit() and (p / "trainer.pt").exists():
+                steps.append(int(number))  # not step_N.tmp, nor a folder moved aside
         return sorted(steps)
 
     def latest_checkpoint(self) -> int | None:
         """The last checkpointed step, or None."""
         steps = self.checkpoints()
         return steps[-1] if steps else None
+
+    def checkpoint_fallback(self, step: int) -> int | None:
+        """The checkpoint before ``step`` a resume can continue from when ``step``'s is lost:
+        the latest earlier one whose later steps all have their rollouts kept (they are
+        replayed from the run folder); None when there is none."""
+        earlier = [s for s in self.checkpoints() if s < step]
+        if not earlier:
+            return None
+        if all(self.rollout_path(s).exists() for s in range(earlier[-1] + 1, step + 1)):
+            return earlier[-1]
+        return None
+
+    def damaged_checkpoint_advice(self, step: int, probe: bool = False) -> str:
+        """What to do about the damaged checkpoint of ``step``: move it aside, then resume
+        (which continues from the checkpoint before it, :meth:`checkpoint_fallback`, and
+        replays the steps after that from the run folder), or, for the probe (``probe``),
+        probe that earlier checkpoint; with no such earlier checkpoint, restore it from a copy
+        or start a new run."""
+        damaged = self.checkpoint_path(step)
+        aside = f"mv {damaged} {damaged}.damaged"
+        before = self.checkpoint_fallback(step)
+        resume = f"python -m rpg_llm.run --resume {self.root}"
+        if before is None:
+            return (
+                "the run keeps no earlier checkpoint with the rollouts to replay from it, so "
+                f"the PPO state after step {step} is lost: restore {damaged} from a copy, or "
+                "start a new run"
+            )
+        if probe:
+            return (
+                f"restore it from a copy, or move it aside ({aside}) to probe step {before}'s "
+                f"checkpoint instead ({resume} rebuilds step {step}'s from there while the run "
+                "has steps left)"
+            )
+        return (
+            f"move it aside ({aside}) and resume again ({resume}): the run continues from step "
+            f"{before}'s checkpoint and replays steps {before + 1}..{step} from the run folder"
+        )
 
     @property
     def trl_dir(self) -> Path:
@@ -378,8 +525,9 @@ class RunFolder:
 
         path = self.rollout_path(step)
         tmp = path.with_name(path.name + ".tmp")
-        torch.save(rollout, tmp)
-        os.replace(tmp, path)
+        with naming_disk_full(tmp, lambda: tmp.unlink(missing_ok=True)):
+            write_with(tmp, lambda f: torch.save(rollout, f))
+            os.replace(tmp, path)
 
     def load_rollout(self, step: int) -> dict[str, Any] | None:
         """The rollout of ``step``, or None if it was never written."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import torch
 
 from rpg_llm.config import LoopConfig
+from rpg_llm.learner.checkpoint import CheckpointDamaged
 from rpg_llm.learner.memory import return_large_frees_to_os
 from rpg_llm.learner.policy import Policy, load_policy
 from rpg_llm.learner.ppo import PPOTrainer
@@ -57,10 +58,18 @@ def load_learner(
 def restore(folder: RunFolder, ppo: PPOTrainer, recorder: Recorder, dist: Dist) -> int:
     """Load the last checkpoint and drop the metric lines after it; returns the first step to
     run (the estimator and best score are rebuilt by
-    :meth:`rpg_llm.loop.pipeline.RunEnv.rebuild`)."""
+    :meth:`rpg_llm.loop.pipeline.RunEnv.rebuild`).
+
+    Raises:
+        RuntimeError: the last checkpoint cannot be read: names its file and what to do
+            (:meth:`RunFolder.damaged_checkpoint_advice`).
+    """
     done = folder.latest_checkpoint() or 0
     if done:
-        ppo.load(folder.checkpoint_path(done))
+        try:
+            ppo.load(folder.checkpoint_path(done))
+        except CheckpointDamaged as err:
+            raise RuntimeError(f"{err}; {folder.damaged_checkpoint_advice(done)}") from None
     recorder.start_step = done + 1
     if dist.main:
         folder.truncate_metrics(done)

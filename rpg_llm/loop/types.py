@@ -30,6 +30,10 @@ class Buffer(Protocol):
         """The stored sample with id ``sample_id`` (KeyError: none)."""
         ...
 
+    def all(self, run: str | None = None) -> list[Sample]:
+        """Every stored sample (of ``run`` if given), in insertion order."""
+        ...
+
     def step_samples(self, run: str, step: int) -> list[Sample]:
         """The stored samples of ``step`` of ``run``, in row order."""
         ...

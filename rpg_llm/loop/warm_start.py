@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
+from rpg_core.diskfull import naming_disk_full
 from rpg_llm.config import LoopConfig
 from rpg_llm.learner import sft, sft_cache
 from rpg_llm.loop.dist import Dist
@@ -70,7 +71,9 @@ class WarmStart:
         (``sft_cache_key``; None where the cache does not apply: GPU or several processes).
         Resume: the stored weights are loaded and their SHA-256 checked; a run folder that has
         ``sft.json`` but no weights file re-runs the seeded SFT (CPU-deterministic), checks it
-        the same way and stores the weights.
+        the same way and stores the weights. A resume of a run stopped during its SFT (no
+        ``sft.json`` yet) drops the stopped SFT's loss lines and records the whole SFT again,
+        so the record holds each SFT step once.
 
         Raises:
             RuntimeError: on resume, the loaded or re-run SFT weights differ from the stored
@@ -88,7 +91,11 @@ class WarmStart:
             self._check_digest(stored, path, "loaded")
             log.info("SFT weights loaded from %s in %.1f s", weights, time.perf_counter() - t0)
             return list(stored.get("losses", []))
-        losses, digest, key = self._fine_tune(record=not resume)
+        if stored is None and resume and self.dist.main:
+            dropped = self.folder.drop_sft_metrics()  # a stopped SFT's lines: recorded anew
+            if dropped:
+                log.info("SFT stopped after %d recorded steps: running it again", dropped)
+        losses, digest, key = self._fine_tune(record=stored is None)
         if stored is not None:
             self._check_digest(stored, path, "re-run", digest)
         if self.dist.main:
@@ -100,7 +107,11 @@ class WarmStart:
                     "weights_sha256": digest,
                     "sft_cache_key": key,
                 }
-                path.write_text(json.dumps(info, indent=1) + "\n")
+                text = json.dumps(info, indent=1) + "\n"
+                tmp = path.with_name(path.name + ".tmp")
+                with naming_disk_full(path, lambda: tmp.unlink(missing_ok=True)):
+                    tmp.write_text(text)
+                    os.replace(tmp, path)
         self.dist.barrier()
         log.info(
             "SFT warm start: %d steps in %.1f s, loss %s",
@@ -173,7 +184,7 @@ class WarmStart:
             info = {"losses": losses, "weights_sha256": digest}
             try:
                 sft_cache.store_entry(key, self.policy.model, {**info, "settings": settings})
-            except OSError as err:  # a full or read-only cache costs time, never the run
+            except Exception as err:  # noqa: BLE001 - a full or read-only cache costs time, never the run
                 log.warning("SFT cache not written: %s", err)
         return losses, digest, key if use_cache else None
 
@@ -191,11 +202,16 @@ class WarmStart:
             )
 
     def _save_weights(self) -> None:
-        """Write the fine-tuned weights to the run folder atomically (safetensors)."""
+        """Write the fine-tuned weights to the run folder atomically (safetensors).
+
+        Raises:
+            DiskFull: the disk is full (no partial file is left).
+        """
         weights = self.folder.sft_weights_path
         tmp = weights.with_name(weights.name + ".tmp")
-        save_model(self.policy.model, str(tmp))
-        os.replace(tmp, weights)
+        with naming_disk_full(tmp, lambda: tmp.unlink(missing_ok=True)):
+            save_model(self.policy.model, str(tmp))
+            os.replace(tmp, weights)
 
 
 def weights_digest(model: torch.nn.Module) -> str:

@@ -286,6 +286,20 @@ def test_bad_flags_exit_2_naming_the_value_before_running(script, argv, needle, 
     assert needle in _one_error_line(capsys.readouterr().err, module.PROG)
 
 
+def test_gpu_ppo_step_tiny_checks_the_script_and_records_no_row(tmp_path, monkeypatch, capsys):
+    """Found by running ``--tiny`` to check the script: it appended its tiny row to
+    ``benchmarks/RESULTS.md``. A tiny run records nothing, with or without ``--no-record``."""
+    import importlib
+
+    module = importlib.import_module("gpu_ppo_step")
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    (tmp_path / "benchmarks").mkdir()
+    argv = ["--tiny", "--batch", "1", "--prompt-len", "4", "--response-len", "2", "--device", "cpu"]
+    assert module.main(argv) == 0
+    assert "tiny qwen3_5_text" in capsys.readouterr().out
+    assert not (tmp_path / "benchmarks" / "RESULTS.md").exists()
+
+
 def test_every_key_impl_the_sampler_accepts_is_one_jax_has():
     import jax
     from estimator_sampler import KEY_IMPLS

@@ -157,6 +157,19 @@ def test_a_second_table_on_the_same_out_is_refused(tmp_path, tiny_model_dir, cap
     assert not (out / "runs").exists()  # no run started
 
 
+def test_the_refusal_names_the_table_that_holds_the_out_folder(tmp_path, tiny_model_dir, capsys):
+    import os
+
+    from rpg_core.filelock import FileLock
+
+    out = tmp_path / "t"
+    with FileLock(out / ".llm_table.lock"):  # what another running table holds
+        assert cli.main(fx.cli_base(out, tiny_model_dir)) == 2
+    err = fx.one_line(capsys.readouterr().err)
+    assert f"--out {out}" in err and f"in use by pid {os.getpid()} on " in err
+    assert not (out / "runs").exists()
+
+
 def test_engine_trl_without_trl_exits_2_before_any_run_and_table_only_still_reads(
     tmp_path, tiny_model_dir, capsys, monkeypatch
 ):

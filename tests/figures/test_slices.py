@@ -81,3 +81,39 @@ def test_the_load_sampler_keeps_every_sample():
     assert len(sampler.samples) >= 3
     assert mean == pytest.approx(sum(sampler.samples) / len(sampler.samples))
     assert top == max(sampler.samples) and min(sampler.samples) <= mean <= top
+
+
+def test_a_row_after_a_torn_last_line_stands_alone(tmp_path):
+    """A slice killed while appending leaves half a row; the next slice's row is still read
+    (the torn half is cut, not glued to the new row)."""
+    path = tmp_path / "ledger.csv"
+    a, b = _slice(10.0, runs=("t/rpg-seed0",)), _slice(20.0, runs=("t/rpg-seed1",))
+    slices.append_slice(path, a)
+    with open(path, "a") as fh:
+        fh.write("2026-12-06T08:00:00+00:00,33.5,2,t/rpg")  # killed here
+    slices.append_slice(path, b)
+    assert slices.read_slices(path) == [a, b]
+
+
+def test_two_slices_appending_to_a_new_ledger_write_one_header(tmp_path, monkeypatch):
+    """Slice A opens a ledger that does not exist yet; slice B (another process) appends to it
+    at that moment. B waits for A's lock (up to 1 s here), so the ledger holds one header and
+    both rows."""
+    import builtins
+    import threading
+
+    path = tmp_path / "ledger.csv"
+    a, b = _slice(10.0, runs=("t/rpg-seed0",)), _slice(20.0, runs=("t/rpg-seed1",))
+    other = threading.Thread(target=slices.append_slice, args=(path, b))
+
+    def racing_open(file, *args, **kw):
+        if threading.current_thread() is not other and not other.is_alive() and not other.ident:
+            other.start()  # B's append, while A is inside its own
+            other.join(timeout=1.0)
+        return builtins.open(file, *args, **kw)
+
+    monkeypatch.setattr(slices, "open", racing_open, raising=False)
+    slices.append_slice(path, a)
+    other.join(timeout=30)
+    assert path.read_text().count("started_utc") == 1
+    assert sorted(slices.read_slices(path), key=lambda s: s.wall_s) == [a, b]

@@ -161,3 +161,137 @@ def test_a_unit_in_slices_scores_as_one_call_and_resumes_after_the_last_slice(
         a["best_median_regret"],
         a["lanes"],
     )
+
+
+# -- several processes on one results file ----------------------------------------------------
+
+CUCB_ARGS = ["--agents", "cucb-tuned", *CUCB_GRID, *TINY]
+
+
+def _fake_unit(name, cell, grid, seeds, n_steps, progress=True, start=0, stop=None):
+    """A :func:`tune.tune_unit` stand-in (no simulator): point ``i`` scores ``K + i``."""
+    points = tune.grid_points(grid)[start:stop]
+    entries = [
+        {
+            "hyper": p,
+            "median_regret": float(cell.K + start + i),
+            "mean_regret": 0.0,
+            "se_regret": 0.0,
+        }
+        for i, p in enumerate(points)
+    ]
+    best, med = tune.select_best(entries)
+    return {"best": entries[best]["hyper"], "best_median_regret": med, "grid": entries,
+            "lanes": len(points) * len(seeds), "wall_s": 0.5}  # fmt: skip
+
+
+def test_two_tunings_into_one_file_keep_both_cells(tmp_path, monkeypatch, capsys):
+    """A second tuning (other cells, same --out) stores its unit while the first is scoring its
+    own from the file as it read it at the start: both units end in the file (the first one's
+    write merges into the file as it is then, not its stale copy)."""
+    out = tmp_path / "t.json"
+    second = ["--cells", "E4:2", *CUCB_ARGS, "--out", str(out)]
+
+    def unit(name, cell, *a, **kw):
+        if cell.key == "E1:2:4":  # meanwhile, "another process" tunes its cell into the file
+            assert tune.main(second) == 0
+        return _fake_unit(name, cell, *a, **kw)
+
+    monkeypatch.setattr(tune, "tune_unit", unit)
+    assert tune.main(["--cells", "E1:2", *CUCB_ARGS, "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert sorted(data["cells"]) == ["E1:2:4", "E4:2:4"]
+    assert data["cells"]["E4:2:4"]["cucb-tuned"]["command"].endswith("--cells E4:2 " + " ".join(
+        [*CUCB_ARGS, "--out", str(out)]))  # fmt: skip
+    assert data["cells"]["E1:2:4"]["cucb-tuned"]["best_median_regret"] == 2.0
+    assert data["cells"]["E4:2:4"]["cucb-tuned"]["best_median_regret"] == 2.0
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_unit_finished_by_another_process_is_kept_as_it_stored_it(tmp_path, monkeypatch, capsys):
+    """The first tuning scores one unit in slices; while it scores its second slice another
+    process continues the unit from the stored first slice and finishes it. The first then
+    stores no second copy: the unit stays as the other process stored it, no slice left over."""
+    out = tmp_path / "t.json"
+    other = ["--cells", "E4:2", *CUCB_ARGS, "--out", str(out)]
+    calls = []
+
+    def unit(name, cell, *a, **kw):
+        calls.append((kw["start"], kw["stop"]))
+        if len(calls) == 2:
+            assert tune.main(other) == 0  # points 1..3 in one call (calls[2])
+        return _fake_unit(name, cell, *a, **kw)
+
+    monkeypatch.setattr(tune, "tune_unit", unit)
+    argv = ["--cells", "E4:2", *CUCB_ARGS, "--points-per-call", "1", "--out", str(out)]
+    assert tune.main(argv) == 0
+    assert calls == [(0, 1), (1, 2), (1, 4)]  # the first stops after its second slice
+    data = json.loads(out.read_text())
+    assert "partial" not in data
+    stored = data["cells"]["E4:2:4"]["cucb-tuned"]
+    assert "--points-per-call" not in stored["command"]  # the other process's record
+    assert [p["median_regret"] for p in stored["grid"]] == [2.0, 3.0, 4.0, 5.0]
+    assert (stored["lanes"], stored["wall_s"]) == (4 * 3, 1.0)  # both slices it holds
+    assert "(stored by another process)" in capsys.readouterr().out
+
+
+def test_a_file_another_protocol_made_meanwhile_is_refused_and_kept(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "t.json"
+
+    def unit(name, cell, *a, **kw):
+        if cell.key == "E1:2:4":  # meanwhile, "another process" makes the file (--steps 32)
+            assert (
+                tune.main(["--cells", "E4:2", *CUCB_ARGS, "--steps", "32", "--out", str(out)]) == 0
+            )
+        return _fake_unit(name, cell, *a, **kw)
+
+    monkeypatch.setattr(tune, "tune_unit", unit)
+    assert tune.main(["--cells", "E1:2", *CUCB_ARGS, "--out", str(out)]) == 2
+    made = json.loads(out.read_text())
+    assert made["protocol"]["n_steps"] == 32 and list(made["cells"]) == ["E4:2:4"]
+    assert "holds results of another protocol (differs in n_steps)" in capsys.readouterr().err
+
+
+def test_a_writer_waits_for_the_results_files_lock(tmp_path, monkeypatch):
+    """While another process holds the results file's lock, a finished unit's write waits for
+    it, then lands."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from rpg_core.filelock import lock_path_for
+
+    out = tmp_path / "t.json"
+    code = (
+        "import sys; from pathlib import Path; from rpg_core.filelock import FileLock; "
+        f"lock = FileLock(Path({str(lock_path_for(out))!r})).acquire(); print('held', flush=True); "
+        "sys.stdin.readline()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    stdin = holder.stdin
+    times = {}
+
+    def let_go() -> None:
+        time.sleep(1.0)
+        times["released"] = time.monotonic()
+        stdin.write("\n")
+        stdin.flush()
+
+    def unit(*a, **kw):
+        threading.Thread(target=let_go).start()
+        times["scored"] = time.monotonic()
+        return _fake_unit(*a, **kw)
+
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(tune, "tune_unit", unit)
+        assert tune.main(["--cells", "E4:2", *CUCB_ARGS, "--out", str(out)]) == 0
+        times["stored"] = time.monotonic()
+    finally:
+        assert holder.wait(timeout=30) == 0
+    assert times["stored"] >= times["released"] > times["scored"] + 0.9  # it waited for it
+    assert list(json.loads(out.read_text())["cells"]) == ["E4:2:4"]

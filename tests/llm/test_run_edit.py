@@ -181,13 +181,13 @@ def test_invalid_edit_is_stored_with_its_outcome_text():
         parent_codes=[parent, parent, parent, parent],
     )
     sandbox = backends.make_sandbox(cfg.sandbox)
-    executor = backends.make_executor(cfg.executor, cfg.workers)
+    service = backends.make_service(cfg, comp, sandbox, backends.run_batch)
     try:
         answers = Answers.of_rollout(rollout)
         actions = answers.actions(cfg.action)
-        samples, _ = execute_rows(answers, actions, cfg, comp, backends, sandbox, executor)
+        samples, _ = execute_rows(answers, actions, cfg, comp.id, backends.sample_cls, service)
     finally:
-        getattr(executor, "shutdown", lambda: None)()
+        service.close()
     ok, unknown, none, wrong_type = samples
     assert ok.status == "ok" and ok.code == parent.replace("ALPHA = 0.1", "ALPHA = 0.5")
     assert ok.score is not None and ok.code != parent and 0 < ok.score < 2.0  # a real fit's loss

@@ -19,7 +19,7 @@ from rpg_llm.env.sandbox.base import (
 )
 from rpg_llm.env.sandbox.bwrap_backend import BwrapSandbox, bwrap_path, bwrap_works
 from rpg_llm.env.sandbox.docker_backend import DockerSandbox
-from rpg_llm.env.sandbox.executors import BatchExecutor, LocalExecutor, RayExecutor
+from rpg_llm.env.sandbox.executors import BatchExecutor, LocalExecutor, SerialExecutor
 from rpg_llm.env.sandbox.subprocess_backend import SubprocessSandbox
 
 KINDS = ("auto", "subprocess", "bwrap", "docker")
@@ -32,7 +32,7 @@ __all__ = [
     "DockerSandbox",
     "ExecResult",
     "LocalExecutor",
-    "RayExecutor",
+    "SerialExecutor",
     "Sandbox",
     "SandboxError",
     "SandboxLimits",
@@ -44,22 +44,28 @@ __all__ = [
 ]
 
 
-def make_sandbox(kind: str = "auto", **limits: Any) -> Sandbox:
+def make_sandbox(kind: str = "auto", *, image: str | None = None, **limits: Any) -> Sandbox:
     """Build a sandbox of the given kind.
 
     Args:
       kind: ``"auto"`` (bubblewrap if it works here, else subprocess), ``"subprocess"``, ``"bwrap"``
         or ``"docker"``.
+      image: the docker image (``None``: the project's, ``rpg-sandbox-image build``); only for
+        ``"docker"``.
       **limits: fields of ``SandboxLimits`` (e.g. ``memory_bytes=4 * 2**30``, ``nproc=64``); for
-        docker also ``image=`` and ``python=``.
+        docker also ``python=`` (the interpreter inside the image).
 
     Raises:
-      ValueError: unknown kind, unknown limit name, bad limit value, or ``"bwrap"`` without bwrap.
+      ValueError: unknown kind, unknown limit name, bad limit value, an image for another kind
+        than docker, or ``"bwrap"`` without bwrap.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown sandbox kind {kind!r}; expected one of {KINDS}")
-    docker_keys = ("image", "python") if kind == "docker" else ()
-    docker_args = {k: limits.pop(k) for k in docker_keys if k in limits}
+    if image is not None and kind != "docker":
+        raise ValueError(f"a docker image ({image!r}) is for the docker sandbox, not {kind!r}")
+    docker_args: dict[str, Any] = {} if image is None else {"image": image}
+    if kind == "docker" and "python" in limits:
+        docker_args["python"] = limits.pop("python")
     known = set(SandboxLimits.__dataclass_fields__)
     unknown = sorted(set(limits) - known)
     if unknown:

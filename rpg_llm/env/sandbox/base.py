@@ -8,6 +8,7 @@ time of the child from start to exit in seconds (paper section 4: the action's d
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -185,10 +186,24 @@ def allocated_bytes(path: Path, skip: Path | None = None) -> int:
     return total
 
 
+def unmount(path: Path) -> None:
+    """Detach the file system mounted on ``path`` (``umount2(MNT_DETACH)``); its contents go once
+    no process uses them.
+
+    Raises:
+      OSError: the call failed (e.g. not root, or nothing is mounted there).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(path), 2) != 0:  # MNT_DETACH
+        err = ctypes.get_errno()
+        raise OSError(err, f"cannot unmount {path}: {os.strerror(err)}")
+
+
 def remove_tree(path: Path) -> None:
     """Remove a folder even where the sandbox made parts of it read-only or nested it deeper
     than Python's recursion limit; links inside are removed, never followed (not even to
-    change a mode).  Falls back to ``rm -rf`` when ``shutil.rmtree`` cannot finish."""
+    change a mode).  Falls back to ``rm -rf`` when ``shutil.rmtree`` cannot finish.  A folder
+    that is a mount point (the docker backend's tmpfs working folder) is unmounted first."""
 
     def _onerror(func, p, _exc):  # noqa: ANN001 - shutil callback signature
         try:
@@ -202,6 +217,8 @@ def remove_tree(path: Path) -> None:
     path = Path(path)
     if not (path.exists() or path.is_symlink()):
         return
+    if not path.is_symlink() and os.path.ismount(path):
+        unmount(path)
     try:
         shutil.rmtree(path, onerror=_onerror)
     except RecursionError:

@@ -1,4 +1,6 @@
-"""Run a function over a batch in parallel: local process pool (default) or Ray (optional extra).
+"""Run a function over a batch in parallel on this host: a local pool, or in this thread.
+
+Where a run's scripts run (this host or a Ray cluster) is :mod:`rpg_llm.env.service`'s seam.
 
 The work items are sandbox runs, whose heavy part is a child process, so the pool size is the
 number of solutions executed at the same time.  ``map`` keeps the order of ``items``.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import BrokenExecutor, Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -21,6 +24,15 @@ class BatchExecutor(Protocol):
     """Anything with ``map(fn, items) -> list`` in the order of ``items``."""
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]: ...
+
+
+class SerialExecutor:
+    """Runs ``map`` in this thread, one item after another: for one job that is already where it
+    should run (a Ray job on its node, :mod:`rpg_llm.env.service`)."""
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """``[fn(x) for x in items]``, in order; exceptions propagate."""
+        return [fn(x) for x in items]
 
 
 class LocalExecutor:
@@ -48,8 +60,13 @@ class LocalExecutor:
         self.max_workers = max_workers
         self.kind = kind
         self._pool: Executor | None = None
+        self._pool_lock = threading.Lock()
 
     def _get_pool(self) -> Executor:
+        with self._pool_lock:  # batches may arrive from several threads at once
+            return self._make_pool()
+
+    def _make_pool(self) -> Executor:
         if self._pool is None:
             if self.kind == "thread":
                 self._pool = ThreadPoolExecutor(max_workers=self.max_workers)
@@ -114,40 +131,6 @@ class LocalExecutor:
     def __getstate__(self) -> dict[str, Any]:
         return {"max_workers": self.max_workers, "kind": self.kind, "_pool": None}
 
-
-class RayExecutor:
-    """Runs ``fn`` on Ray workers, for graders spread over many machines (``pip install ray``).
-
-    Args:
-      address: Ray cluster address (``None``: start or join a local instance).
-      num_cpus_per_task: CPUs Ray reserves for each item (one sandboxed solution).
-      init_kwargs: passed to ``ray.init`` when Ray is not initialised yet (e.g. ``num_cpus=2``).
-
-    Raises:
-      ImportError: ray is not installed.
-      ValueError: ``num_cpus_per_task <= 0``.
-    """
-
-    def __init__(
-        self, address: str | None = None, num_cpus_per_task: float = 1.0, **init_kwargs: Any
-    ) -> None:
-        import ray
-
-        if not num_cpus_per_task > 0:
-            raise ValueError(f"num_cpus_per_task must be > 0, got {num_cpus_per_task!r}")
-        self._ray = ray
-        self.num_cpus_per_task = num_cpus_per_task
-        if not ray.is_initialized():
-            ray.init(address=address, **init_kwargs)
-
-    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
-        """``[fn(x) for x in items]`` computed as Ray tasks, in order; exceptions propagate."""
-        items = list(items)
-        if not items:
-            return []
-        remote = self._ray.remote(num_cpus=self.num_cpus_per_task)(fn)
-        return list(self._ray.get([remote.remote(x) for x in items]))
-
-    def shutdown(self) -> None:
-        """Disconnect from Ray (stops a local instance started by this process)."""
-        self._ray.shutdown()
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pool_lock = threading.Lock()

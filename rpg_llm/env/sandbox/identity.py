@@ -6,7 +6,7 @@ root child is unbounded.  When the host is root, every run borrows a uid from a 
 lock file so that concurrent runs in other processes (a process pool, Ray workers) never share one.
 The uid owns only the working folder, so it cannot write elsewhere, and its process limit is its
 own.  After the run every process still owned by the uid is killed (``kill(-1, SIGKILL)`` sent
-from a forked child that switched to that uid), which also reaches grandchildren that left the
+by a helper process that switched to that uid), which also reaches grandchildren that left the
 process group, and the files it left in world-writable host folders (``/tmp``, ``/var/tmp``,
 ``/dev/shm``, ``/run/lock``) are deleted.
 """
@@ -19,6 +19,8 @@ import random
 import shutil
 import signal
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -103,45 +105,53 @@ def processes_of_uid(uid: int) -> list[int]:
     return [pid for pid, _ in _scan(uid)]
 
 
+_SIGNAL_AS = """
+import os, sys
+code = 5
+try:
+    uid, signum = int(sys.argv[1]), int(sys.argv[2])
+    try:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    except OSError:
+        code = 4
+    else:
+        try:
+            os.kill(-1, signum)
+            code = 0
+        except ProcessLookupError:
+            code = 3
+finally:
+    os._exit(code)
+"""
+
+
 def signal_all_as(uid: int, signum: int = signal.SIGKILL) -> int:
-    """Send ``signum`` to every process ``uid`` may signal, from a forked child running as ``uid``.
+    """Send ``signum`` to every process ``uid`` may signal, from a helper running as ``uid``.
 
     POSIX ``kill(-1, sig)`` sent by an unprivileged uid reaches every process with that real or
     saved uid (all of the run's processes, also those that called ``setsid`` or were re-parented),
-    and none of anyone else's.  The forked child switches gid then uid (``setresgid`` /
-    ``setresuid``, so no privilege is left to reach other processes), signals, and exits with 0
-    when ``kill`` ran (Linux returns success even when every process was out of reach), 3 on
-    ``ESRCH`` (no other process at all), 4 when switching uid failed.
+    and none of anyone else's.  The helper is a fresh interpreter (``exec``, never a fork of this
+    process, which may run other threads holding locks): it switches gid then uid
+    (``setresgid`` / ``setresuid``, so no privilege is left to reach other processes), signals,
+    and exits with 0 when ``kill`` ran (Linux returns success even when every process was out of
+    reach), 3 on ``ESRCH`` (no other process at all), 4 when switching uid failed.
     No external ``kill`` program is used (procps-ng 4.0.2 rejects ``kill -s KILL -- -1``).
 
     Returns:
-      The forked child's exit status (0, 3 or 4; 5 for an unexpected error).
+      The helper's exit status (0, 3 or 4; 5 for an unexpected error).
 
     Raises:
       ValueError: ``uid`` is 0 (that would signal every process of the machine).
     """
     if uid == 0:
         raise ValueError("refusing to signal every process as uid 0")
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the forked child
-        code = 5
-        try:
-            try:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-            except OSError:
-                code = 4
-            else:
-                try:
-                    os.kill(-1, signum)
-                    code = 0
-                except ProcessLookupError:
-                    code = 3
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+    argv = [sys.executable, "-I", "-S", "-c", _SIGNAL_AS, str(uid), str(int(signum))]
+    done = subprocess.run(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    return done.returncode if done.returncode >= 0 else 5
 
 
 def kill_uid(uid: int, attempts: int = 50) -> bool:

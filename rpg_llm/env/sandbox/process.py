@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import resource
 import selectors
+import shutil
 import signal
 import stat
 import subprocess
@@ -147,21 +148,44 @@ def disk_watch(workdir: Path, limit_bytes: int, uid: int | None = None) -> Calla
     return check
 
 
-def _limits_preexec(limits: SandboxLimits, nproc: int):
-    """The ``preexec_fn`` that applies the rlimits in the child before ``exec``."""
+def _limit_pairs(limits: SandboxLimits, nproc: int) -> list[tuple[int, str, int]]:
+    """``(resource, prlimit option, value)`` of the child's rlimits, each clamped to this
+    process's hard limit (which the child inherits and cannot raise)."""
     pairs = [
-        (resource.RLIMIT_AS, limits.memory_bytes),
-        (resource.RLIMIT_NPROC, nproc),
-        (resource.RLIMIT_FSIZE, min(limits.fsize_bytes, limits.disk_bytes)),
-        (resource.RLIMIT_NOFILE, limits.nofile),
-        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_AS, "--as", limits.memory_bytes),
+        (resource.RLIMIT_NPROC, "--nproc", nproc),
+        (resource.RLIMIT_FSIZE, "--fsize", min(limits.fsize_bytes, limits.disk_bytes)),
+        (resource.RLIMIT_NOFILE, "--nofile", limits.nofile),
+        (resource.RLIMIT_CORE, "--core", 0),
     ]
+    out = []
+    for which, option, value in pairs:
+        _soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        out.append((which, option, value))
+    return out
+
+
+def limited_argv(argv: Sequence[str], limits: SandboxLimits, nproc: int) -> list[str] | None:
+    """``argv`` behind util-linux ``prlimit``, which sets the rlimits on itself and then
+    ``exec``s ``argv``: the limits are in place before the command starts, and no Python code
+    runs in a forked copy of this (possibly multi-threaded) process. None where ``prlimit`` is
+    not installed."""
+    exe = shutil.which("prlimit")
+    if exe is None:
+        return None
+    opts = [f"{option}={value}:{value}" for _, option, value in _limit_pairs(limits, nproc)]
+    return [exe, *opts, "--", *argv]
+
+
+def _limits_preexec(limits: SandboxLimits, nproc: int) -> Callable[[], None]:
+    """The ``preexec_fn`` that applies the rlimits in the child before ``exec`` (only where
+    ``prlimit`` is missing: Python code in a fork of a threaded process can deadlock)."""
+    pairs = _limit_pairs(limits, nproc)
 
     def apply() -> None:
-        for which, value in pairs:
-            _soft, hard = resource.getrlimit(which)
-            if hard != resource.RLIM_INFINITY:
-                value = min(value, hard)
+        for which, _option, value in pairs:
             resource.setrlimit(which, (value, value))
 
     return apply
@@ -241,16 +265,17 @@ def run_limited(
       OSError: the command could not be started (e.g. missing executable).
     """
     out, err = CappedStream(limits.capture_bytes), CappedStream(limits.capture_bytes)
+    limited = limited_argv(argv, limits, nproc)
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        list(argv),
+        limited if limited is not None else list(argv),
         cwd=cwd,
         env=dict(env),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=_limits_preexec(limits, nproc),
+        preexec_fn=_limits_preexec(limits, nproc) if limited is None else None,
         pass_fds=tuple(pass_fds),
         close_fds=True,
     )

@@ -2,18 +2,21 @@
 
 A working folder is named ``run-<pid>-<random>`` after the process that made it, so the folders
 of a process that died before it could remove them (``kill -9``, a crash) are found and removed
-by :func:`remove_stale_workdirs` (a run calls it when it starts or resumes).
+by :func:`remove_stale_workdirs` (a run calls it when it starts or resumes).  The docker backend's
+folders are size-capped tmpfs mounts (``new_workdir(..., tmpfs_bytes=N)``, root only); removing one
+(``base.remove_tree``) unmounts it first.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import stat
 import tempfile
 from pathlib import Path
 
-from rpg_llm.env.sandbox.base import remove_tree
+from rpg_llm.env.sandbox.base import SandboxError, remove_tree
 from rpg_llm.env.sandbox.identity import reachable_by_others
 
 SCRIPT_NAME = "solution.py"
@@ -32,18 +35,52 @@ def workdir_root(root: Path | None) -> Path:
     return root.absolute()
 
 
-def new_workdir(root: Path | None, code: str, owner: int | None) -> Path:
+def mount_tmpfs(folder: Path, size_bytes: int, *, mode: int = 0o700, nodev: bool = True) -> None:
+    """Mount a tmpfs of at most ``size_bytes`` bytes (and one inode per 4 KiB of it, at least
+    1024) on ``folder``: no set-uid programs, and (``nodev``) no device files; its root has
+    ``mode``.
+
+    Raises:
+      ValueError: ``size_bytes`` is not a positive int.
+      SandboxError: the mount failed (e.g. not root: the message names the folder and errno).
+    """
+    if not isinstance(size_bytes, int) or isinstance(size_bytes, bool) or size_bytes <= 0:
+        raise ValueError(f"size_bytes must be a positive int, got {size_bytes!r}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    options = f"size={size_bytes},nr_inodes={max(1024, size_bytes // 4096)},mode={mode:o}"
+    flags = 0x2 | (0x4 if nodev else 0)  # MS_NOSUID | MS_NODEV
+    if libc.mount(b"tmpfs", os.fsencode(folder), b"tmpfs", flags, options.encode()) != 0:
+        err = ctypes.get_errno()
+        raise SandboxError(
+            f"cannot mount a tmpfs of {size_bytes} bytes on {folder}: {os.strerror(err)}"
+        )
+
+
+def new_workdir(
+    root: Path | None, code: str, owner: int | None, tmpfs_bytes: int | None = None
+) -> Path:
     """Create a fresh working folder holding ``solution.py`` and an empty ``tmp/``.
 
     Args:
       root: parent folder (``None``: ``<tmp>/rpg-sandbox``).
       code: the solution's source text.
       owner: uid (and gid) to own the folder, or ``None`` to keep the current user.
+      tmpfs_bytes: when given, the folder is a tmpfs of that many bytes (:func:`mount_tmpfs`):
+        nothing written in it can pass that size.
 
     Returns:
       The absolute path of the new folder.
+
+    Raises:
+      SandboxError: the tmpfs could not be mounted (the folder is removed again).
     """
     wd = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=workdir_root(root)))
+    if tmpfs_bytes is not None:
+        try:
+            mount_tmpfs(wd, tmpfs_bytes)
+        except BaseException:
+            wd.rmdir()
+            raise
     (wd / SCRIPT_NAME).write_text(code, encoding="utf-8")
     (wd / "tmp").mkdir()
     if owner is not None:
@@ -89,7 +126,8 @@ def shareable_readonly(src: Path) -> bool:
     return True
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while a process ``pid`` exists (also one of another user)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -117,7 +155,7 @@ def remove_stale_workdirs(root: Path | None) -> list[Path]:
         parts = entry.name.split("-")
         if len(parts) < 3 or parts[0] != "run" or not parts[1].isdigit():
             continue
-        if entry.is_symlink() or not entry.is_dir() or _alive(int(parts[1])):
+        if entry.is_symlink() or not entry.is_dir() or pid_alive(int(parts[1])):
             continue
         remove_tree(entry)
         removed.append(entry)

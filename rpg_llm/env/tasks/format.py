@@ -85,6 +85,8 @@ class Competition:
         grade_file: the Python file ``grade_fn``'s module is loaded from by path, or None to
             import it by name.
         config_dir: the folder holding ``config.yaml`` (and the leaderboard).
+        grading_time_s: seconds grading one submission may take (``config.yaml``
+            ``grader.time_s``; None: :class:`rpg_llm.env.tasks.grading.GradingLimits`' default).
     """
 
     id: str
@@ -100,6 +102,7 @@ class Competition:
     source: str = "folder"
     grade_file: Path | None = None
     config_dir: Path | None = None
+    grading_time_s: float | None = None
 
     def run_batch(
         self,
@@ -281,6 +284,20 @@ def is_prepared(comp_id: str, data_root: Path) -> bool:
     return (prepared / "public").is_dir() and (prepared / "private").is_dir()
 
 
+def _grading_time(config: dict, path: Path) -> float | None:
+    """``grader.time_s`` of a ``config.yaml`` (None: absent).
+
+    Raises:
+        ValueError: not a number of seconds > 0 (names the file and the value).
+    """
+    value = config["grader"].get("time_s")
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 1e6:
+        raise ValueError(f"{path}: grader.time_s must be seconds > 0, got {value!r}")
+    return float(value)
+
+
 def _from_tree(comp_id: str, tree: Path, data_root: Path) -> Competition:
     comp_dir = tree / TREE_COMPETITIONS / comp_id
     config_path = comp_dir / "config.yaml"
@@ -319,6 +336,7 @@ def _from_tree(comp_id: str, tree: Path, data_root: Path) -> Competition:
         source="tree",
         grade_file=tree_grade_file(tree, comp_dir, grade_fn),
         config_dir=comp_dir,
+        grading_time_s=_grading_time(config, config_path),
     )
 
 
@@ -346,6 +364,7 @@ def _from_folder(comp_id: str, data_root: Path) -> Competition:
         source="folder",
         grade_file=tree_grade_file(root, root, grade_fn),
         config_dir=root,
+        grading_time_s=_grading_time(config, config_path),
     )
 
 

@@ -39,6 +39,7 @@ percentile for lower-is-better ones; an invalid submission gets ``INVALID_REWARD
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -375,7 +376,8 @@ def grade_submission(
     Args:
         comp: a loaded competition.
         submission_csv: path of the CSV written by a solution (untrusted: read as a plain file).
-        limits: size, time and memory bounds (default ``GradingLimits()``).
+        limits: size, time and memory bounds (default ``GradingLimits()``, with the
+            competition's ``grading_time_s`` when it sets one).
 
     Returns:
         The :class:`GradeReport`: valid with the rounded score, percentile and medal; or invalid
@@ -387,7 +389,9 @@ def grade_submission(
         GradingSetupError: the competition cannot be graded at all (answers missing or
             unreadable, grader not importable).
     """
-    limits = limits or GradingLimits()
+    if limits is None:
+        own = getattr(comp, "grading_time_s", None)  # the competition's own time for a grading
+        limits = GradingLimits() if own is None else GradingLimits(time_s=own)
     path = Path(submission_csv)
     load_grader(comp)  # set-up errors surface here, before any fork
     if path.suffix.lower() != ".csv":
@@ -396,8 +400,9 @@ def grade_submission(
         return _report(comp, None, f"submission {path.name} is not a .csv file")
     try:
         return call_bounded(
-            _grade_file, comp, path, limits, time_s=limits.time_s, memory_bytes=limits.memory_bytes
-        )
+            _grade_file, comp, path, limits, time_s=limits.time_s, memory_bytes=limits.memory_bytes,
+            prepare=functools.partial(load_grader, comp),  # imported once, in the server
+        )  # fmt: skip
     except LimitExceeded as exc:
         return _report(comp, None, f"grading the submission {exc.reason}")
 

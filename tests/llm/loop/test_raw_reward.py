@@ -4,12 +4,12 @@ rpg_llm.loop.rewards, rpg_llm.loop.accounting)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 
 from rpg_llm.config import LoopConfig, RewardConfig
 from rpg_llm.env.execute import Outcome
+from rpg_llm.env.service import LocalService
 from rpg_llm.env.types import TaskRewards
 from rpg_llm.loop.accounting import Accounts, check_task_rewards
 from rpg_llm.loop.buffer import Sample
@@ -49,14 +49,16 @@ def test_percentile_without_a_leaderboard_names_the_task():
 
 def test_seeds_are_rewarded_by_the_runs_setting():
     outcomes = [CHANCE, GOOD, FAILED]
-    backends = SimpleNamespace(run_batch=lambda *a: outcomes, sample_cls=Sample)
-    task = SimpleNamespace(id="toy-auc")
+    service = LocalService(lambda codes: outcomes)
     seeds = [(f"s{i}", f"print({i})") for i in range(3)]
-    for raw, want in (("design", [0.5, 0.93, -10.0]), ("percentile", [0.025, 0.975, -10.0])):
-        cfg = LoopConfig()
-        cfg = replace(cfg, reward=replace(cfg.reward, raw_reward=raw))
-        got = execute_seeds(seeds, cfg, task, backends, None, None, 0)  # type: ignore[arg-type]
-        assert [s.raw_reward for s in got] == want
+    try:
+        for raw, want in (("design", [0.5, 0.93, -10.0]), ("percentile", [0.025, 0.975, -10.0])):
+            cfg = LoopConfig()
+            cfg = replace(cfg, reward=replace(cfg.reward, raw_reward=raw))
+            got = execute_seeds(seeds, cfg, "toy-auc", Sample, service, 0)
+            assert [s.raw_reward for s in got] == want
+    finally:
+        service.close()
 
 
 def test_bad_raw_reward_and_a_task_with_its_own_rewards_are_refused():

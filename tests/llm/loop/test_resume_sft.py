@@ -8,6 +8,7 @@ log-probs and values equal those of the run before the interruption.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import fixtures_llm
 import pytest
@@ -123,3 +124,36 @@ def test_resume_of_a_folder_without_the_weights_reruns_the_sft_and_stores_them(
         )
     finally:
         resumed.close()
+
+
+def test_a_run_killed_during_its_sft_records_every_sft_step_once_on_resume(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """Found by killing a run in its SFT warm start: the resumed SFT ran with recording off, so
+    ``metrics.jsonl`` kept only the steps before the kill. The resume records the whole SFT
+    again and drops the stopped one's lines: each SFT step once, with the losses ``sft.json``
+    stores."""
+    real_sft = rpg_llm.learner.sft.sft_warm_start
+
+    def killed_after_step_2(*args, on_step=None, **kw):
+        def step(k, loss):
+            assert on_step is not None
+            on_step(k, loss)
+            if k == 2:
+                raise KeyboardInterrupt  # the process dies here
+
+        return real_sft(*args, on_step=step, **kw)
+
+    cfg, run = replace(_cfg(tiny_model_dir, 4), sft_steps=3), tmp_path / "run"
+    monkeypatch.setattr(rpg_llm.learner.sft, "sft_warm_start", killed_after_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(cfg, run, backends=_backends(), progress=False)
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["sft_step"] for m in lines] == [1, 2] and not (run / "sft.json").exists()
+    monkeypatch.setattr(rpg_llm.learner.sft, "sft_warm_start", real_sft)
+    resumed = Trainer(cfg, run, backends=_backends(), resume=True, progress=False)
+    resumed.close()
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["sft_step"] for m in lines] == [1, 2, 3]
+    stored = json.loads((run / "sft.json").read_text())["losses"]
+    assert [m["sft/loss"] for m in lines] == pytest.approx(stored)

@@ -34,7 +34,7 @@ def _pool(buf, samples) -> ParentPool:
 def test_edit_parents_have_constants_script_parents_need_not(tmp_path):
     with SampleBuffer(tmp_path / "b.sqlite") as buf:
         pool = _pool(buf, [_sample(0, PRIOR, 0.5, 1.0), _sample(1, LOGREG, 0.9, 4.0)])
-        prior, logreg = sorted(s.id for s in pool.nodes)
+        prior, logreg = sorted(s.id or 0 for s in pool.nodes)
         # rho = 0.2/s: prior 0.5 - 0.2 = 0.3 ranks above logreg 0.9 - 0.8 = 0.1
         args: dict[str, Any] = dict(
             description="", timeout_s=60.0, max_prompt_tokens=4096, tokenizer=_tokenizer

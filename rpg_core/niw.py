@@ -285,12 +285,13 @@ def slot_vectors(xp: Any, slot_rewards: Any, slot_times: Any) -> tuple[Any, Any]
 def forgetting_prior(xp: Any, state: Any, lam: Any = LAM) -> tuple[Any, Any, Any, Any]:
     """The prior of the next refit: ``(mu, lam kappa, max(lam nu, D + 2), lam psi)``.
 
-    Before the first real refit (``state.num_fits == 0``) it is the first prior itself (the
-    state's posterior fields unchanged).
+    The first refit forgets the first prior too (reference fact, DESIGN.md section 4): it
+    starts from ``(0, lam kappa0, max(lam nu0, D + 2), lam psi0)`` = ``(0, 3e-4, 4, 3e-4 I)``
+    at ``lam = 0.3``.
 
     Args:
       xp: array namespace.
-      state: any object with ``mu (2,), kappa (), nu (), psi (2, 2), num_fits ()``.
+      state: any object with ``mu (2,), kappa (), nu (), psi (2, 2)``.
       lam: forgetting factor in ``(0, 1]`` (number or 0-d array; may be traced).
 
     Returns:
@@ -302,11 +303,7 @@ def forgetting_prior(xp: Any, state: Any, lam: Any = LAM) -> tuple[Any, Any, Any
     Source: DESIGN.md section 4 (reference forgetting rule).
     """
     check_lam(lam)
-    first = state.num_fits == 0
-    kappa0 = xp.where(first, state.kappa, lam * state.kappa)
-    nu0 = xp.where(first, state.nu, _at_least(xp, lam * state.nu, D + 2.0))
-    psi0 = xp.where(first, state.psi, lam * state.psi)
-    return state.mu, kappa0, nu0, psi0
+    return state.mu, lam * state.kappa, _at_least(xp, lam * state.nu, D + 2.0), lam * state.psi
 
 
 def niw_posterior(

@@ -9,9 +9,9 @@ the random streams differ, so the two agree in distribution, not sample by sampl
 inside JAX code.
 
 NIW estimator (DESIGN.md section 4): ``y = (slot reward sum, log slot time sum)``, d = 2. State
-starts at ``mu0 = 0, kappa0 = 1e-3, nu0 = 3, psi0 = 1e-3 I``; the first successful refit uses
-that prior as is, each later one the prior ``(mu, lam kappa, max(lam nu, d + 2), lam psi)``
-(as ``rpg_jax.estimator``), then the conjugate update on the usable slots (finite, ``slot_d >
+starts at ``mu0 = 0, kappa0 = 1e-3, nu0 = 3, psi0 = 1e-3 I``; every successful refit, the first
+one too, uses the prior ``(mu, lam kappa, max(lam nu, d + 2), lam psi)`` (as
+``rpg_jax.estimator``), then the conjugate update on the usable slots (finite, ``slot_d >
 0``); with fewer than 2 usable slots nothing changes. ``rho_hat`` = max(0, the
 ``quantile`` of mean(r)/mean(exp(y_2)) over ``num_batches`` batches of ``num_slots`` posterior
 predictive draws); the predictive is multivariate Student-t with ``df = nu - d + 1`` and scale
@@ -44,7 +44,7 @@ _D = niw.D
 
 class NIWNumpy(NamedTuple):
     """NIW posterior in NumPy float64: ``mu (2,)``, ``kappa ()``, ``nu ()``, ``psi (2, 2)``, and
-    ``num_fits`` (successful refits so far; the first refit uses the first prior unforgotten)."""
+    ``num_fits`` (successful refits so far; every refit, the first too, forgets its prior)."""
 
     mu: np.ndarray
     kappa: float

@@ -201,7 +201,7 @@ class RefEstimator:
         if y.shape[0] < 2:
             return False
         mu, k, nu, psi = self.post
-        prior = self.post if self.num_fits == 0 else (mu, lam * k, max(lam * nu, 4.0), lam * psi)
+        prior = (mu, lam * k, max(lam * nu, 4.0), lam * psi)  # the first refit forgets too
         self.post = ref_niw(prior, y)
         self.num_fits += 1
         return True
@@ -321,14 +321,14 @@ def test_rho_hat_within_monte_carlo_error_of_scipy(backend):
 
 
 def test_small_sample_predictive_spread(backend):
-    """Few slots (kappa ~ 5, df = 7): the (kappa + 1) / kappa and df factors of the predictive
+    """Few slots (kappa ~ 5, df = 8): the (kappa + 1) / kappa and df factors of the predictive
     scale move the 0.05..0.95 quantile spread of batch rates by ~10 %; compare with SciPy."""
     ref, state = RefEstimator(), backend.init()
     r, t = slot_data(60, num_slots=5, per_slot=1)
     ref.update(r, t)
     state = backend.update(state, r, t)
     df, loc, scale = ref.predictive()
-    assert df == 7.0
+    assert df == 8.0  # nu = max(0.3 x 3, 4) + 5 slots: df = nu - 1
     q = (0.05, 0.95)
     # SciPy's signature types df as int and shape as a scalar; it takes a float and a matrix
     dist = stats.multivariate_t(loc=loc, shape=scale, df=df)  # pyright: ignore[reportArgumentType]

@@ -76,14 +76,29 @@ def fitted_state(seed=0, num_slots=128, refits=2, corr=0.0):
 
 
 def test_sequential_without_forgetting_equals_batch():
-    """lam = 1: three sequential refits equal one conjugate update on all the data."""
+    """lam = 1: three sequential refits equal one conjugate update on all the data, from the
+    first prior with its degrees of freedom raised to the floor d + 2 = 4 (the first refit's
+    forgetting step: max(1 x 3, 4))."""
     chunks = [slot_data(s, num_slots=40, corr=0.5) for s in range(3)]
     state = E.init_state(jnp.float64)
     for r, t in chunks:
         state = update_jit(state, r, t, 1.0)
     y = np.concatenate([np.stack([r, np.log(t)], axis=1) for r, t in chunks])
-    assert_post(state, np_niw(first_prior(), y))
+    mu0, kappa0, _, psi0 = first_prior()
+    assert_post(state, np_niw((mu0, kappa0, 4.0, psi0), y))
     assert int(state.num_fits) == 3
+
+
+def test_the_first_refit_forgets_the_first_prior():
+    """Reference fact (DESIGN.md section 4): the first refit starts from (0, 3e-4, 4, 3e-4 I)
+    at lam = 0.3, not from the first prior (0, 1e-3, 3, 1e-3 I) itself."""
+    r, t = slot_data(7, num_slots=16)
+    state = update_jit(E.init_state(jnp.float64), r, t, 0.3)
+    y = np.stack([r, np.log(t)], axis=1)
+    assert_post(state, np_niw((np.zeros(2), 3e-4, 4.0, 3e-4 * np.eye(2)), y))
+    unforgotten = np_niw(first_prior(), y)
+    assert abs(float(state.kappa) - unforgotten[1]) == pytest.approx(1e-3 - 3e-4)
+    assert float(state.nu) == pytest.approx(unforgotten[2] + 1.0)
 
 
 @settings(max_examples=25, deadline=None)
@@ -107,10 +122,8 @@ def test_posterior_matches_numpy_with_forgetting(seed, lam, refits, bad):
         ok = np.isfinite(r) & np.isfinite(t) & (t > 0)
         y = np.stack([r[ok], np.log(t[ok])], axis=1)
         state = update_jit(state, r, t, lam)
-        if fits > 0:
-            mu, k, nu, psi = post
-            post = (mu, lam * k, max(lam * nu, 4.0), lam * psi)
-        post = np_niw(post, y)
+        mu, k, nu, psi = post  # every refit forgets its prior, the first too
+        post = np_niw((mu, lam * k, max(lam * nu, 4.0), lam * psi), y)
         fits += 1
         assert_post(state, post)
         assert bool(state.fitted)
@@ -156,7 +169,8 @@ def test_predictive_params_closed_form():
     r, t = slot_data(13, num_slots=6)
     state = update_jit(E.init_state(jnp.float64), r, t, E.LAM)
     y = np.stack([r, np.log(t)], axis=1)
-    mu, k, nu, psi = np_niw(first_prior(), y)
+    mu0, k0, _, psi0 = first_prior()  # the first refit forgets it: kappa, psi x lam, nu 4
+    mu, k, nu, psi = np_niw((mu0, E.LAM * k0, 4.0, E.LAM * psi0), y)
     df, loc, scale, _ = (np.asarray(x) for x in E.predictive_params(state))
     np.testing.assert_allclose(df, nu - 1.0, **TOL)
     np.testing.assert_allclose(loc, mu, **TOL)
@@ -167,11 +181,11 @@ def test_predictive_params_closed_form():
 def test_predictive_moments(sampler):
     """Draws have mean loc and covariance scale df / (df - 2) within Monte-Carlo error."""
     state = E.init_state(jnp.float64)
-    r, t = slot_data(11, num_slots=7, corr=0.8)  # few slots: small df = nu - 1 = 9
+    r, t = slot_data(11, num_slots=7, corr=0.8)  # few slots: small df = 4 + 7 - 1 = 10
     state = update_jit(state, r, t, E.LAM)
     df, loc, scale, tril = (np.asarray(x) for x in E.predictive_params(state))
     np.testing.assert_allclose(tril @ tril.T, scale, rtol=1e-12)
-    assert df == 9.0
+    assert df == 10.0
     y = np.asarray(
         draws_jit(state, jax.random.key(3), num_slots=400, num_batches=250, sampler=sampler)
     )

@@ -29,6 +29,8 @@ __all__ = [
     "N_STEPS",
     "SETTINGS",
     "TUNABLE",
+    "PAPER_TUNABLE",
+    "ESTIMATOR_AGENTS",
     "TUNE_SEEDS",
     "Cell",
     "Setting",
@@ -47,7 +49,10 @@ N_STEPS = 30_000
 MIN_CONTEXTS = 4  # the reference layout has 4 fixed contexts (rpg_jax.envs.reference)
 MAX_SEED = 2**32 - 1  # the simulator's seeds are uint32 (rpg_jax.simulate.simulate)
 SAMPLED_POLICIES = 2048
-TUNABLE = ("npg-niw", "spg-niw", "cucb-tuned")
+PAPER_TUNABLE = ("npg-niw", "spg-niw", "cucb-tuned")  # the paper's tuned agents (tune's default)
+TUNABLE = (*PAPER_TUNABLE, "npg-niw-mean", "npg-rm")  # + NPG with the other rate estimators
+# NPG by reward-rate estimator (rpg_jax.agents.registry.ESTIMATOR_AGENTS, without importing JAX)
+ESTIMATOR_AGENTS = {"niw": "npg-niw", "niw-mean": "npg-niw-mean", "robbins-monro": "npg-rm"}
 
 _PG_SMALL = {
     "lr": (0.03, 0.1, 0.3, 1.0, 3.0),
@@ -81,13 +86,19 @@ SETTINGS = {
         "small",
         (5, 10, 20, 30),
         (4,),
-        {"npg-niw": _PG_SMALL, "spg-niw": _PG_SMALL, "cucb-tuned": {"c1": _C1, "c2": _C2}},
+        {
+            **dict.fromkeys(("npg-niw", "spg-niw", "npg-niw-mean", "npg-rm"), _PG_SMALL),
+            "cucb-tuned": {"c1": _C1, "c2": _C2},
+        },
     ),
     "large": Setting(
         "large",
         (70, 100, 130, 160),
         (8, 16, 32, 64),
-        {"npg-niw": _PG_LARGE, "spg-niw": _PG_LARGE, "cucb-tuned": {"c1": _C1, "c2": (0.0, *_C2)}},
+        {
+            **dict.fromkeys(("npg-niw", "spg-niw", "npg-niw-mean", "npg-rm"), _PG_LARGE),
+            "cucb-tuned": {"c1": _C1, "c2": (0.0, *_C2)},
+        },
     ),
 }
 

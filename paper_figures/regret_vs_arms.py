@@ -46,6 +46,7 @@ from pathlib import Path
 from paper_figures._common import out_dir, plt, save_figure, write_csv
 from paper_figures._protocol import (
     ENVS,
+    ESTIMATOR_AGENTS,
     EVAL_SEEDS,
     N_STEPS,
     SETTINGS,
@@ -74,6 +75,8 @@ LABELS = {
     "spg-niw": "SPG-NIW",
     "cucb-tuned": "C-UCB (tuned)",
     "cucb-theory": "C-UCB (theory)",
+    "npg-niw-mean": "NPG, NIW posterior mean",
+    "npg-rm": "NPG, Robbins-Monro",
 }
 CSV_FIELDS = (
     "run",
@@ -113,6 +116,12 @@ def _parser() -> ArgumentParser:
         "--agents",
         default=",".join(DEFAULT_AGENTS),
         help=f"comma-separated agents (default {','.join(DEFAULT_AGENTS)})",
+    )
+    ap.add_argument(
+        "--estimators",
+        default=None,
+        help="comma-separated reward-rate estimators of NPG, one agent each, instead of --agents: "
+        + ", ".join(f"{e} ({a})" for e, a in ESTIMATOR_AGENTS.items()),
     )
     ap.add_argument(
         "--cell-seeds",
@@ -219,6 +228,16 @@ def check_args(args) -> dict:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
     check_trials(args.seed_start, args.seeds)
     agents = [a.strip() for a in args.agents.split(",") if a.strip()]
+    if args.estimators is not None:
+        if args.agents != ",".join(DEFAULT_AGENTS):
+            raise UsageError("give --estimators or --agents, not both")
+        names = [e.strip() for e in args.estimators.split(",") if e.strip()]
+        if not names or any(e not in ESTIMATOR_AGENTS for e in names):
+            raise UsageError(
+                f"--estimators {args.estimators!r}: name estimators among "
+                f"{', '.join(ESTIMATOR_AGENTS)}"
+            )
+        agents = [ESTIMATOR_AGENTS[e] for e in names]
     if not agents or len(set(agents)) != len(agents) or any(a not in LABELS for a in agents):
         raise UsageError(
             f"--agents {args.agents!r}: name distinct agents among {', '.join(LABELS)}"

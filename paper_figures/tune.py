@@ -53,6 +53,7 @@ from typing import TypeVar
 from paper_figures._protocol import (
     EVAL_SEEDS,
     N_STEPS,
+    PAPER_TUNABLE,
     SETTINGS,
     TUNABLE,
     TUNE_SEEDS,
@@ -77,7 +78,12 @@ def _parser() -> ArgumentParser:
     ap = ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--setting", choices=sorted(SETTINGS), default="small")
     ap.add_argument("--cells", default=None, help="ENV:K[:X],... (default: every cell)")
-    ap.add_argument("--agents", default=",".join(TUNABLE), help="comma-separated tunable agents")
+    ap.add_argument(
+        "--agents",
+        default=",".join(PAPER_TUNABLE),
+        help=f"comma-separated tunable agents among {','.join(TUNABLE)} "
+        f"(default {','.join(PAPER_TUNABLE)})",
+    )
     ap.add_argument("--steps", type=int, default=N_STEPS, help="decisions per trial")
     ap.add_argument("--seed-start", type=int, default=TUNE_SEEDS.start, help="first trial")
     ap.add_argument("--seeds", type=int, default=len(TUNE_SEEDS), help="number of trials")

@@ -334,6 +334,7 @@ class RewardConfig:
 
 
 ENGINES = ("ppo", "trl")
+ESTIMATORS = ("niw", "niw-mean", "robbins-monro")  # rpg_llm.loop.estimators.make_rate_estimator
 """Training engines: ``ppo`` (:mod:`rpg_llm.learner.ppo`, the paper's) or ``trl`` (TRL's
 ``GRPOTrainer`` with the relative reward as a plug-in, :mod:`rpg_llm.engines.trl`)."""
 
@@ -441,6 +442,8 @@ class LoopConfig:
         buffer_capacity_factor: active buffer size as a multiple of ``B`` (paper: 10).
         num_slots: estimator slots (None: ``min(128, B)``).
         estimator_batches: synthetic batches ``M`` per estimate (1000).
+        estimator: the reward-rate estimator, one of :data:`ESTIMATORS`
+            (:func:`rpg_llm.loop.estimators.make_rate_estimator`).
         data_root: competitions folder (None: the tasks default); for ``nanogpt-speedrun`` the
             FineWeb shards.
         mlebench_dir: root of an MLE-Bench tree read directly (``--mlebench-dir``; the CLI
@@ -537,6 +540,14 @@ class LoopConfig:
     )
     estimator_batches: int = field(
         default=1000, metadata=flag(help="synthetic batches per rho_hat estimate")
+    )
+    estimator: str = field(
+        default="niw",
+        metadata=flag(
+            help="reward-rate estimator f_rho: niw (95th predictive percentile, the paper's), "
+            "niw-mean (posterior mean) or robbins-monro (the NPG theorem's running rate)",
+            choices=ESTIMATORS,
+        ),
     )
     data_root: str | None = field(default=None, metadata=flag(help="competitions folder"))
     mlebench_dir: str | None = field(

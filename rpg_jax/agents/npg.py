@@ -61,6 +61,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rpg_jax import estimator as niw_estimator
+from rpg_jax import robbins_monro
 from rpg_jax.agents.base import Agent
 
 __all__ = [
@@ -71,6 +73,9 @@ __all__ = [
     "OracleState",
     "oracle_estimator",
     "reference_niw_estimator",
+    "ESTIMATORS",
+    "masked_estimator",
+    "reference_estimator",
     "relative_value_estimate",
     "pg_theta_step",
     "make_pg_fns",
@@ -78,6 +83,9 @@ __all__ = [
 ]
 
 FEEDINGS = ("reference", "legacy")
+ESTIMATORS = ("niw", "niw-mean", "robbins-monro")
+"""Reward-rate estimators of the bandit agents (:func:`reference_estimator`); ``niw`` is the
+paper's."""
 """Estimator feeding rules of :func:`make_pg_fns` (module docstring); the first is the default."""
 
 
@@ -189,16 +197,44 @@ def reference_niw_estimator(
     count, which is also the synthetic batch size"); the law is tested against a NumPy masked
     refit in ``tests/jax/test_npg.py`` (``testkit/numpy_ref_masked.py``).
     """
-    from rpg_jax import estimator as est
+    fused = niw_estimator.make_niw_estimator(num_slots, num_batches, quantile, lam, batch="usable")
+    return masked_estimator(fused.init, fused.refit, num_slots)
 
-    fused = est.make_niw_estimator(num_slots, num_batches, quantile, lam, batch="usable")
 
-    def refit(state, slot_r, slot_d, mask, key):
+def masked_estimator(init: Callable, refit: Callable, num_slots: int) -> _EstimatorLike:
+    """Any estimator of the contract (``refit(state, slot_r, slot_d, key)``) as the reference
+    feeding calls it: ``refit(est_state, slot_r (S,), slot_d (S,), mask (S,) bool, key)`` zeroes
+    the slots outside ``mask`` (time 0: not usable) and refits on the rest."""
+
+    def masked(state, slot_r, slot_d, mask, key):
         chex.assert_shape([slot_r, slot_d, mask], (num_slots,))
         zero = jnp.zeros_like(slot_d)
-        return fused.refit(state, jnp.where(mask, slot_r, zero), jnp.where(mask, slot_d, zero), key)
+        return refit(state, jnp.where(mask, slot_r, zero), jnp.where(mask, slot_d, zero), key)
 
-    return _EstimatorLike(fused.init, refit)
+    return _EstimatorLike(init, masked)
+
+
+def reference_estimator(name: str, num_slots: int = 128) -> _EstimatorLike:
+    """The bandit agents' estimator ``name`` (one of :data:`ESTIMATORS`) at its reference
+    settings, fed as the reference feeds it (:func:`masked_estimator`):
+
+    - ``niw``: :func:`reference_niw_estimator` (95th predictive percentile, ``M = 1000``);
+    - ``niw-mean``: the NIW posterior-mean rate (``rpg_core.niw.posterior_mean_rate``);
+    - ``robbins-monro``: the NPG theorem's running rate, ``chi = 0.5``, no quantile
+      (``rpg_jax.robbins_monro``).
+
+    Raises:
+      ValueError: an unknown ``name`` or a bad ``num_slots``.
+    """
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
+    if name == "niw":
+        return reference_niw_estimator(num_slots)
+    if name == "niw-mean":
+        mean = niw_estimator.make_niw_estimator(num_slots, kind="posterior_mean")
+        return masked_estimator(mean.init, mean.refit, num_slots)
+    rm = robbins_monro.make_rm_estimator(num_slots)
+    return masked_estimator(rm.init, rm.refit, num_slots)
 
 
 def relative_value_estimate(
@@ -308,9 +344,7 @@ def make_pg_fns(
         if reference:
             estimator = reference_niw_estimator(num_slots)
         else:
-            from rpg_jax.estimator import make_niw_estimator
-
-            estimator = make_niw_estimator(num_slots)
+            estimator = niw_estimator.make_niw_estimator(num_slots)
     natural = bool(natural)
     C, A, S = n_contexts, n_actions, num_slots
 

@@ -2,7 +2,10 @@
 
 Names (DESIGN.md section 5): ``npg-niw`` (= RPG in the bandit), ``spg-niw``, ``cucb-tuned``,
 ``cucb-theory`` (constants from the true means, Gyorgy et al. 2007), ``cucb-sampled``
-(M = 2,048 sampled policies in lambda_t, for |X| > 4).
+(M = 2,048 sampled policies in lambda_t, for |X| > 4); NPG with another reward-rate estimator
+behind the same feeding: ``npg-niw-mean`` (the NIW posterior-mean rate) and ``npg-rm`` (the
+Robbins-Monro running rate, ``rpg_jax.robbins_monro``); :data:`ESTIMATOR_AGENTS` names them by
+estimator.
 """
 
 from __future__ import annotations
@@ -16,11 +19,27 @@ import numpy as np
 
 from rpg_jax.agents.base import Agent
 from rpg_jax.agents.cucb import CUCBHyper, make_cucb, theory_constants
-from rpg_jax.agents.npg import PGHyper, make_pg_agent
+from rpg_jax.agents.npg import PGHyper, make_pg_agent, reference_estimator
 
-__all__ = ["AGENT_NAMES", "check_agent_name", "make_agent", "validate_agent"]
+__all__ = [
+    "AGENT_NAMES",
+    "PG_AGENTS",
+    "ESTIMATOR_AGENTS",
+    "check_agent_name",
+    "make_agent",
+    "validate_agent",
+]
 
-AGENT_NAMES = ("npg-niw", "spg-niw", "cucb-tuned", "cucb-theory", "cucb-sampled")
+# policy-gradient agents: name -> (estimator, natural gradient)
+PG_AGENTS = {
+    "npg-niw": ("niw", True),
+    "spg-niw": ("niw", False),
+    "npg-niw-mean": ("niw-mean", True),
+    "npg-rm": ("robbins-monro", True),
+}
+ESTIMATOR_AGENTS = {est: name for name, (est, natural) in PG_AGENTS.items() if natural}
+"""NPG by reward-rate estimator (``rpg_jax.agents.npg.ESTIMATORS``): ``niw`` -> ``npg-niw``."""
+AGENT_NAMES = (*PG_AGENTS, "cucb-tuned", "cucb-theory", "cucb-sampled")
 
 
 def check_agent_name(name: str) -> str:
@@ -69,8 +88,11 @@ def _float_dtype(dtype: Any) -> np.dtype:
 @functools.lru_cache(maxsize=64)
 def _build(name: str, n_contexts: int, n_actions: int) -> Agent:
     """One Agent object per (name, C, A), so the simulator's compiled code is reused."""
-    if name in ("npg-niw", "spg-niw"):
-        return make_pg_agent(n_contexts, n_actions, natural=(name == "npg-niw"))
+    if name in PG_AGENTS:
+        estimator, natural = PG_AGENTS[name]
+        return make_pg_agent(
+            n_contexts, n_actions, natural=natural, estimator=reference_estimator(estimator)
+        )
     return make_cucb(n_contexts, n_actions, exact=(name != "cucb-sampled"))
 
 
@@ -117,7 +139,7 @@ def make_agent(
     """
     check_agent_name(name)
     hyper = dict(hyper or {})
-    if name in ("npg-niw", "spg-niw"):
+    if name in PG_AGENTS:
         missing = {"lr", "age_bound"} - hyper.keys()
         if missing:
             raise ValueError(f"agent {name!r} needs hyper-parameters {sorted(missing)}")

@@ -44,6 +44,7 @@ from rpg_llm.loop.backends import Backends, default_backends
 from rpg_llm.loop.budget import run_label, stop_reason
 from rpg_llm.loop.buffer import Sample
 from rpg_llm.loop.dist import Dist
+from rpg_llm.loop.estimators import make_rate_estimator
 from rpg_llm.loop.execution import execute_rows, execute_seeds, rollout_actions
 from rpg_llm.loop.parents import ParentPool
 from rpg_llm.loop.recording import Console, Recorder, StepRecord, step_record
@@ -262,7 +263,8 @@ class RunEnv:
 
         self.service = self.backends.make_service(cfg, self.task, self.sandbox, run_batch)
         slots = cfg.num_slots or min(128, cfg.batch_size)
-        rates = RateTracker(self.backends.estimator, slots, cfg.seed, cfg.estimator_batches)
+        estimator = make_rate_estimator(cfg.estimator, self.backends.estimator)
+        rates = RateTracker(estimator, slots, cfg.seed, cfg.estimator_batches)
         self.accounts = Accounts(rates, cfg.reward, self.task.own_rewards())
         self.console: Console | None = None
 

@@ -41,6 +41,8 @@ from paper_figures import regret_vs_arms
         (["--cell-seeds", "npg-niw:7=3"], "npg-niw:7=3"),
         (["--seed-start", "-1"], "--seed-start must be >= 0, got -1"),
         (["--seed-start", "4294967295", "--seeds", "3"], "4294967295..4294967297"),
+        (["--estimators", "niw,rm"], "--estimators 'niw,rm'"),
+        (["--estimators", "niw", "--agents", "npg-niw"], "not both"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line_before_out_exists(argv, needle, capsys, tmp_path):
@@ -230,3 +232,23 @@ def test_large_setting_sizes_build_and_validate():
             assert best.min() <= env.rho_star <= best.max()
     plan = regret_vs_arms.check_args(regret_vs_arms._parser().parse_args(["--setting", "large"]))
     assert len(plan["cells"]) == 4 * 4 * 4 and plan["contexts"] == [8, 16, 32, 64]
+
+
+def test_estimators_are_npg_agents_and_niw_is_todays_npg_niw(tmp_path):
+    """``--estimators`` runs NPG once per estimator; ``niw`` gives npg-niw's numbers exactly."""
+    hyper = tmp_path / "h.json"
+    pg = {"lr": 1.0, "age_bound": 250.0}
+    agents = dict.fromkeys(["npg-niw", "npg-niw-mean", "npg-rm"], pg)
+    hyper.write_text(json.dumps({"agents": agents}))
+    common = ["--envs", "E1", "--arms", "3", "--steps", "400", "--seeds", "3", "--no-progress"]
+    common += ["--hyper", str(hyper), "--tuned", "none"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    estimators = ["--estimators", "niw,niw-mean,robbins-monro"]
+    assert regret_vs_arms.main([*common, *estimators, "--out", str(a)]) == 0
+    assert regret_vs_arms.main([*common, "--agents", "npg-niw", "--out", str(b)]) == 0
+    rows = {r["agent"]: r for r in _rows(a)}
+    assert list(rows) == ["npg-niw", "npg-niw-mean", "npg-rm"]
+    assert rows["npg-niw"]["mean_regret"] == _rows(b)[0]["mean_regret"]
+    curves = np.load(a / "curves.npz")
+    niw, rm = curves["E1_K3_X4_npg-niw"], curves["E1_K3_X4_npg-rm"]
+    assert np.all(np.isfinite(rm)) and not np.array_equal(niw, rm)

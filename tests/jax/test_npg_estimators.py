@@ -1,0 +1,49 @@
+"""The bandit agents' reward-rate estimators by name (rpg_jax.agents.npg.reference_estimator):
+the reference feeding's mask reaches each estimator as unusable slots."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from paper_figures._protocol import ESTIMATOR_AGENTS as FIGURE_ESTIMATOR_AGENTS
+from rpg_jax import robbins_monro
+from rpg_jax.agents import npg
+from rpg_jax.agents.registry import ESTIMATOR_AGENTS, PG_AGENTS
+
+
+def test_the_masked_robbins_monro_refit_reads_only_the_masked_slots():
+    est = npg.reference_estimator("robbins-monro", 4)
+    r = jnp.array([1.0, 5.0, 3.0, 7.0])
+    d = jnp.array([2.0, 1.0, 2.0, 1.0])
+    mask = jnp.array([True, False, True, False])
+    got = est.refit(est.init(jnp.float64), r, d, mask, jax.random.PRNGKey(0))
+    # the masked slots pool to (1 + 3) / (2 + 2) = 1, averaged with rho_0 = 0 at weights 1, 2^-0.5
+    w = 2.0**-robbins_monro.CHI
+    assert float(got.rho_hat) == pytest.approx(w / (1.0 + w), rel=1e-12)
+    plain = robbins_monro.refit(robbins_monro.init_state(jnp.float64), r[mask], d[mask])
+    assert float(got.rho_hat) == pytest.approx(float(plain.rho_hat), rel=1e-12)
+
+
+def test_every_estimator_has_its_npg_agent_and_the_figure_knows_them():
+    assert set(ESTIMATOR_AGENTS) == set(npg.ESTIMATORS)
+    assert FIGURE_ESTIMATOR_AGENTS == ESTIMATOR_AGENTS
+    assert all(PG_AGENTS[a] == (e, True) for e, a in ESTIMATOR_AGENTS.items())
+    with pytest.raises(ValueError, match="unknown estimator 'rm'"):
+        npg.reference_estimator("rm")
+
+
+def test_niw_mean_on_the_masked_slots_is_the_posterior_mean_rate():
+    from rpg_jax import estimator as niw_estimator
+
+    est = npg.reference_estimator("niw-mean", 3)
+    r = jnp.array([1.0, 2.0, 9.0])
+    d = jnp.array([1.0, 3.0, 5.0])
+    mask = jnp.array([True, True, False])
+    got = est.refit(est.init(jnp.float64), r, d, mask, jax.random.PRNGKey(0))
+    zeroed_r, zeroed_d = jnp.array([1.0, 2.0, 0.0]), jnp.array([1.0, 3.0, 0.0])
+    state = niw_estimator.update(niw_estimator.init_state(jnp.float64), zeroed_r, zeroed_d)
+    want = niw_estimator.posterior_mean_rate(state)
+    assert np.isfinite(float(want)) and float(got.rho_hat) == pytest.approx(float(want), rel=1e-12)

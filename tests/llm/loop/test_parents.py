@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rpg_llm.config import RewardConfig
@@ -114,9 +114,15 @@ def test_ties_keep_the_older_node(tmp_path):
     capacity=st.integers(1, 6),
     k=st.integers(0, 9),
 )
+@example(  # a tie at the new price between nodes that the old price had ordered: older wins
+    steps=[[(0.0, 0.5, True), (0.0, 0.1, True)], [(0.25, 0.1, True)] * 3],
+    prices=[0.05, None, None, None, None, None],
+    capacity=4,
+    k=0,
+)
 def test_pool_matches_a_repeated_argmax_reference(tmp_path_factory, steps, prices, capacity, k):
-    """Another algorithm: keep the survivors by repeated argmax (first, i.e. older, index wins)
-    over the nodes and the step's valid samples after every step."""
+    """Another algorithm: keep the survivors by repeated argmax over the nodes and the step's
+    valid samples after every step, ties to the older sample (the smaller id)."""
     flat = [(r, t, ok) for step in steps for r, t, ok in step]
     stored = _stored(
         tmp_path_factory.mktemp("b"),
@@ -132,7 +138,7 @@ def test_pool_matches_a_repeated_argmax_reference(tmp_path_factory, steps, price
         cand = kept + [s for s in batch if s.status == "ok"]
         kept = []
         while cand and len(kept) < capacity:
-            keys = [s.raw_reward - (price or 0.0) * s.exec_time for s in cand]
+            keys = [(s.raw_reward - (price or 0.0) * s.exec_time, -s.id) for s in cand]
             kept.append(cand.pop(keys.index(max(keys))))
         assert {s.id for s in pool.nodes} == {s.id for s in kept}
     last = prices[len(steps) - 1]

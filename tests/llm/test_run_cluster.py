@@ -55,6 +55,7 @@ DRIVER = textwrap.dedent(
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_kill_9_of_the_driver_with_jobs_in_flight_then_resume(tiny_model_dir, tmp_path):
     cluster = grader_cluster()
     try:

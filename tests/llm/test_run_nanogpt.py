@@ -325,15 +325,19 @@ def test_budget_curves_of_a_nanogpt_run_folder(tmp_path):
 
 
 @pytest.mark.slow
-def test_one_step_nanogpt_cpu_preset_run_on_ray(tmp_path, tiny_model_dir):
-    """``--preset nanogpt-cpu`` (B = 2), 1 step, every attempt a Ray task on a local Ray
-    instance that holds the preset's ``grader`` resource (the speedrun's path, with grader nodes
-    stood in for): the SFT warm start of the edit format, then the seed is a real torchrun
-    attempt of the task's baseline; the tiny policy's answers are scored whatever they are (an
-    invalid one is charged the whole 300 s)."""
+@pytest.mark.parametrize(
+    "executor", ["local", pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.cluster])]
+)
+def test_one_step_nanogpt_cpu_preset_run(tmp_path, tiny_model_dir, executor):
+    """``--preset nanogpt-cpu`` (B = 2), 1 step: the SFT warm start of the edit format, then the
+    seed is a real torchrun attempt of the task's baseline; the tiny policy's answers are
+    scored whatever they are (an invalid one is charged the whole 300 s). ``ray``: every attempt
+    is a Ray task on a local Ray instance holding the preset's ``grader`` resource (the
+    speedrun's path, grader nodes stood in for)."""
     run = tmp_path / "run"
     args = ["--preset", "nanogpt-cpu", "--model", str(tiny_model_dir), "--steps", "1"]
-    args += ["--executor", "ray", "--ray-address", "local"]
+    if executor == "ray":
+        args += ["--executor", "ray", "--ray-address", "local"]
     args += ["--max-new-tokens", "8", "--max-prompt-tokens", "768", "--estimator-batches", "100"]
     args += ["--no-progress"]
     args += ["--data-root", str(tmp_path / "data"), "--out", str(run)]
@@ -349,7 +353,7 @@ def test_one_step_nanogpt_cpu_preset_run_on_ray(tmp_path, tiny_model_dir):
     assert proc.returncode == 0, proc.stderr[-3000:]
     config = json.loads((run / "config.json").read_text())
     assert config["competition"] == "nanogpt-cpu" and config["reward"]["timeout_s"] == 300.0
-    assert (config["executor"], config["job_resource"]) == ("ray", "grader")
+    assert (config["executor"], config["job_resource"]) == (executor, "grader")
     con = sqlite3.connect(str(run / "buffer.sqlite"))
     rows = con.execute(
         "SELECT step, row, status, score, raw_reward, exec_time FROM samples ORDER BY id"

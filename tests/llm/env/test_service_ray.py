@@ -111,6 +111,7 @@ def test_a_hung_grader_on_a_node_is_bounded_as_on_the_host(cluster, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_a_worker_killed_during_a_script_is_an_infra_sample(cluster, toy, tmp_path):
     """SIGKILL to the Ray worker running the job: the sample is ``infra`` (the machine failed,
     not the script), not resubmitted, and the service goes on."""
@@ -142,6 +143,7 @@ def _node_of(cluster: Cluster, pid: int):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.parametrize("resubmits", [1, 0])
 def test_a_removed_nodes_job_is_resubmitted_once_then_infra(cluster, toy, tmp_path, resubmits):
     """The node running a job leaves the cluster: with one resubmission the job runs again on

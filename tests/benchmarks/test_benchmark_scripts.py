@@ -330,3 +330,14 @@ def test_bandit_throughput_refuses_bad_values_before_any_benchmark(argv, needle)
     )
     assert out.returncode == 2 and out.stdout == "", (out.stdout, out.stderr)
     assert needle in _one_error_line(out.stderr, "benchmarks/bandit_throughput.py")
+
+
+def test_estimator_cost_times_each_estimator_against_niw(capsys):
+    from estimator_cost import main as cost_main
+
+    assert cost_main(["--seeds", "2", "--repeats", "1", "--slots", "4"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][2:]
+    names = [r.split("|")[1].strip() for r in rows]
+    ratios = [float(r.split("|")[3]) for r in rows]
+    assert names == ["niw", "niw-mean", "robbins-monro"] and ratios[0] == 1.0
+    assert all(r > 0 for r in ratios)

@@ -10,14 +10,12 @@ Every estimator meets :class:`rpg_llm.loop.types.RateEstimator` and is fed the s
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
-
 import torch
 
 from rpg_llm.config import ESTIMATORS
 from rpg_llm.loop import estimator as niw_estimator
-from rpg_llm.loop.robbins_monro import RobbinsMonroEstimator
+from rpg_llm.loop.estimator import NIWState
+from rpg_llm.loop.robbins_monro import RobbinsMonroEstimator, SlotSums
 from rpg_llm.loop.types import RateEstimator
 
 __all__ = ["ESTIMATORS", "NIWMeanEstimator", "make_rate_estimator"]
@@ -27,24 +25,26 @@ class NIWMeanEstimator:
     """The NIW posterior-mean rate behind the loop's contract (no draws: the generator and
     ``num_batches`` are unused)."""
 
-    def init_state(self, dtype: torch.dtype = torch.float64, device: Any = None) -> Any:
+    def init_state(
+        self, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+    ) -> NIWState:
         """:func:`rpg_llm.loop.estimator.init_state`."""
         return niw_estimator.init_state(dtype, device)
 
     def refit(
         self,
-        state: Any,
-        slot_rewards: Any,
-        slot_times: Any,
+        state: NIWState,
+        slot_rewards: SlotSums,
+        slot_times: SlotSums,
         generator: torch.Generator | None = None,
         num_batches: int = 0,
-    ) -> Any:
+    ) -> NIWState:
         """:func:`rpg_llm.loop.estimator.refit_posterior_mean`."""
         del num_batches
         return niw_estimator.refit_posterior_mean(state, slot_rewards, slot_times, generator)
 
 
-def make_rate_estimator(name: str, niw: ModuleType | RateEstimator = niw_estimator) -> Any:
+def make_rate_estimator(name: str, niw: RateEstimator = niw_estimator) -> RateEstimator:
     """The estimator called ``name`` (one of :data:`ESTIMATORS`).
 
     Args:

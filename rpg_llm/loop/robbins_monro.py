@@ -10,17 +10,20 @@ Units: rewards in reward units, times in seconds; ``rho_hat`` in reward per seco
 
 from __future__ import annotations
 
-from typing import Any
-
+import numpy as np
 import torch
 
 from rpg_core import robbins_monro as rm
 from rpg_core.robbins_monro import CHI, RMState
 
-__all__ = ["CHI", "RMState", "init_state", "refit", "RobbinsMonroEstimator"]
+__all__ = ["CHI", "RMState", "SlotSums", "init_state", "refit", "RobbinsMonroEstimator"]
+
+SlotSums = torch.Tensor | np.ndarray  # shape (S,): slot reward or time (seconds) sums
 
 
-def init_state(dtype: torch.dtype = torch.float64, device: Any = None) -> RMState:
+def init_state(
+    dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+) -> RMState:
     """The state before any data (``rho_hat = rho_bar = 0`` with weight 1, no fit).
 
     Raises:
@@ -40,8 +43,8 @@ def init_state(dtype: torch.dtype = torch.float64, device: Any = None) -> RMStat
 
 def refit(
     state: RMState,
-    slot_rewards: Any,
-    slot_times: Any,
+    slot_rewards: SlotSums,
+    slot_times: SlotSums,
     chi: float = CHI,
     quantile: float | None = None,
 ) -> RMState:
@@ -75,15 +78,17 @@ class RobbinsMonroEstimator:
         rm.check_rm_quantile(quantile)
         self.chi, self.quantile = float(chi), quantile
 
-    def init_state(self, dtype: torch.dtype = torch.float64, device: Any = None) -> RMState:
+    def init_state(
+        self, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+    ) -> RMState:
         """:func:`init_state`."""
         return init_state(dtype, device)
 
     def refit(
         self,
         state: RMState,
-        slot_rewards: Any,
-        slot_times: Any,
+        slot_rewards: SlotSums,
+        slot_times: SlotSums,
         generator: torch.Generator | None = None,
         num_batches: int = 0,
     ) -> RMState:

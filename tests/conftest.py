@@ -1,5 +1,6 @@
-"""Shared test set-up: two CPU devices for sharding, float64, a persistent compilation cache,
-a fresh SFT weights cache per test."""
+"""Shared test set-up: two CPU devices for sharding, float64, a persistent compilation cache
+(``$RPG_JAX_CACHE``, default ``~/.cache/rpg/jax-tests``: kept across runs and clones), a fresh
+SFT weights cache per test."""
 
 import os
 import shutil
@@ -16,10 +17,10 @@ try:
 
     jax.config.update("jax_num_cpu_devices", 2)
     jax.config.update("jax_enable_x64", True)
-    jax.config.update(
-        "jax_compilation_cache_dir",
-        os.path.join(os.path.dirname(os.path.dirname(__file__)), ".jax_cache"),
-    )
+    # compiled code kept across test runs and clones (rpg_jax.config.setup_jax reads the same
+    # variable, so the figures the tests run in-process share it)
+    os.environ.setdefault("RPG_JAX_CACHE", os.path.expanduser("~/.cache/rpg/jax-tests"))
+    jax.config.update("jax_compilation_cache_dir", os.environ["RPG_JAX_CACHE"])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 except ImportError:  # the torch-only install runs its own tests
     pass

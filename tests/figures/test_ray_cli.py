@@ -34,7 +34,7 @@ def local_ray():
     import ray
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RPG_JAX_CACHE", str(REPO_ROOT / ".jax_cache"))
+        mp.setenv("RPG_JAX_CACHE", os.environ["RPG_JAX_CACHE"])  # tests/conftest.py
         path = os.environ.get("PYTHONPATH")
         mp.setenv("PYTHONPATH", os.pathsep.join([str(REPO_ROOT), *([path] if path else [])]))
         _ray.connect("local")
@@ -63,7 +63,7 @@ def worker_env(local_ray, monkeypatch):
         return _Session()
 
     monkeypatch.setattr(_ray, "connect", connect)
-    monkeypatch.setenv("RPG_JAX_CACHE", str(REPO_ROOT / ".jax_cache"))
+    monkeypatch.setenv("RPG_JAX_CACHE", os.environ["RPG_JAX_CACHE"])
     return connected
 
 

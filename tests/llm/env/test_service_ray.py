@@ -94,6 +94,7 @@ def test_jobs_run_and_are_graded_on_the_grader_nodes(cluster, toy):
     assert hung.status == "timeout" and 3.0 <= hung.delta < 60.0
 
 
+@pytest.mark.cluster
 def test_a_hung_grader_on_a_node_is_bounded_as_on_the_host(cluster, tmp_path):
     """A grader that never returns, on a competition that allows grading 3 s: the node's
     bounded grader ends it and the sample is invalid with the reason, as on the host."""

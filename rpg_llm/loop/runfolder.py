@@ -30,18 +30,16 @@ and a second process is refused with :class:`RunFolderBusy` naming the holder.
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import json
 import os
 import shutil
-import socket
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
 from rpg_core.diskfull import naming_disk_full, write_with
+from rpg_core.filelock import FileLock, LockBusy
 from rpg_llm.loop import runidentity
 
 __all__ = [
@@ -71,19 +69,16 @@ SAMPLES_CSV_FIELDS = [
 ]
 
 
-class RunFolderBusy(ValueError):
+class RunFolderBusy(LockBusy):
     """Another process holds the run folder's lock (it is running or resuming that run)."""
 
 
-class RunLock:
-    """An exclusive ``flock`` on ``RUN_DIR/.lock`` (see :meth:`RunFolder.lock`); a context manager.
-
-    The file holds the holder's pid, host and start time, for the message a second process gets.
-    """
+class RunLock(FileLock):
+    """The run folder's :class:`rpg_core.filelock.FileLock` on ``RUN_DIR/.lock`` (see
+    :meth:`RunFolder.lock`), taken without waiting; entering it again while held is a no-op."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
+        super().__init__(path, f"run folder {path.parent}", wait=False)
 
     def acquire(self) -> RunLock:
         """Take the lock without waiting.
@@ -91,35 +86,18 @@ class RunLock:
         Raises:
             RunFolderBusy: another process holds it; the message names its pid and host.
         """
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 400, 0).decode("utf-8", "replace").strip() or "another process"
-            os.close(fd)
+            super().acquire()
+        except LockBusy:
+            holder = self.holder() or "another process"
             raise RunFolderBusy(
                 f"run folder {self.path.parent} is in use by {holder}; wait for it to end or stop "
                 "it first"
             ) from None
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode(), 0)
-        self._fd = fd
         return self
 
-    def release(self) -> None:
-        """Let the lock go (idempotent)."""
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
-
     def __enter__(self) -> RunLock:
-        return self if self._fd is not None else self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+        return self if self.held else self.acquire()
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

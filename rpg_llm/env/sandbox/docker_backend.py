@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import os
 import socket
-import stat
 import threading
 import time
 from collections.abc import Sequence
@@ -67,6 +66,7 @@ from rpg_llm.env.sandbox.workdir import (
     copy_input_readonly,
     new_workdir,
     pid_alive,
+    readable_by_others,
     remove_stale_workdirs,
     workdir_root,
 )
@@ -160,23 +160,6 @@ def _rmdir(path: Path) -> None:
         os.rmdir(path)
     except OSError:  # busy (a process still in it) or already gone
         pass
-
-
-def _readable_by_others(folder: Path) -> bool:
-    """Every entry below ``folder`` is readable by other users (folders also searchable) and
-    none is a link, so uid 65534 can read a bind mount of it."""
-    for dirpath, dirnames, filenames in os.walk(folder):
-        for name in [".", *dirnames, *filenames]:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                return False
-            if stat.S_ISLNK(st.st_mode):
-                return False
-            need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
-            if st.st_mode & need != need:
-                return False
-    return True
 
 
 _SWEPT: set[str] = set()
@@ -293,7 +276,7 @@ class DockerSandbox:
         try:
             (wd / "input").mkdir()
             source = input_dir
-            if not _readable_by_others(input_dir):
+            if not readable_by_others(input_dir):
                 copy = wd.parent / f"{wd.name}.input"
                 copy_input_readonly(input_dir, copy)
                 source = copy

@@ -110,9 +110,13 @@ def shareable_readonly(src: Path) -> bool:
     Every folder must be ``o+rx`` and every file ``o+r``, nothing writable by group or others,
     and the folder reachable from ``/``; then a symbolic link can replace the copy.
     """
-    if not reachable_by_others(src):
-        return False
-    for dirpath, dirnames, filenames in os.walk(src):
+    return reachable_by_others(src) and readable_by_others(src, stat.S_IWOTH | stat.S_IWGRP)
+
+
+def readable_by_others(folder: Path, forbidden: int = 0) -> bool:
+    """Every entry below ``folder`` (itself included) is readable by other users, folders also
+    searchable, none is a link, and none has a mode bit of ``forbidden`` (e.g. ``S_IWOTH``)."""
+    for dirpath, dirnames, filenames in os.walk(folder):
         for name in [".", *dirnames, *filenames]:
             try:
                 st = os.lstat(os.path.join(dirpath, name))
@@ -121,7 +125,7 @@ def shareable_readonly(src: Path) -> bool:
             if stat.S_ISLNK(st.st_mode):
                 return False
             need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
-            if st.st_mode & need != need or st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
+            if st.st_mode & need != need or st.st_mode & forbidden:
                 return False
     return True
 

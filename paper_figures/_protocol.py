@@ -50,9 +50,19 @@ MIN_CONTEXTS = 4  # the reference layout has 4 fixed contexts (rpg_jax.envs.refe
 MAX_SEED = 2**32 - 1  # the simulator's seeds are uint32 (rpg_jax.simulate.simulate)
 SAMPLED_POLICIES = 2048
 PAPER_TUNABLE = ("npg-niw", "spg-niw", "cucb-tuned")  # the paper's tuned agents (tune's default)
-TUNABLE = (*PAPER_TUNABLE, "npg-niw-mean", "npg-rm")  # + NPG with the other rate estimators
+TUNABLE = (
+    *PAPER_TUNABLE,
+    "npg-niw-mean",
+    "npg-rm",
+    "npg-learned",
+)  # + NPG with the other rate estimators
 # NPG by reward-rate estimator (rpg_jax.agents.registry.ESTIMATOR_AGENTS, without importing JAX)
-ESTIMATOR_AGENTS = {"niw": "npg-niw", "niw-mean": "npg-niw-mean", "robbins-monro": "npg-rm"}
+ESTIMATOR_AGENTS = {
+    "niw": "npg-niw",
+    "niw-mean": "npg-niw-mean",
+    "robbins-monro": "npg-rm",
+    "learned": "npg-learned",
+}
 
 _PG_SMALL = {
     "lr": (0.03, 0.1, 0.3, 1.0, 3.0),
@@ -87,7 +97,9 @@ SETTINGS = {
         (5, 10, 20, 30),
         (4,),
         {
-            **dict.fromkeys(("npg-niw", "spg-niw", "npg-niw-mean", "npg-rm"), _PG_SMALL),
+            **dict.fromkeys(
+                ("npg-niw", "spg-niw", "npg-niw-mean", "npg-rm", "npg-learned"), _PG_SMALL
+            ),
             "cucb-tuned": {"c1": _C1, "c2": _C2},
         },
     ),
@@ -96,7 +108,9 @@ SETTINGS = {
         (70, 100, 130, 160),
         (8, 16, 32, 64),
         {
-            **dict.fromkeys(("npg-niw", "spg-niw", "npg-niw-mean", "npg-rm"), _PG_LARGE),
+            **dict.fromkeys(
+                ("npg-niw", "spg-niw", "npg-niw-mean", "npg-rm", "npg-learned"), _PG_LARGE
+            ),
             "cucb-tuned": {"c1": _C1, "c2": (0.0, *_C2)},
         },
     ),

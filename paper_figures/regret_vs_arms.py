@@ -77,6 +77,7 @@ LABELS = {
     "cucb-theory": "C-UCB (theory)",
     "npg-niw-mean": "NPG, NIW posterior mean",
     "npg-rm": "NPG, Robbins-Monro",
+    "npg-learned": "NPG, learned",
 }
 CSV_FIELDS = (
     "run",

@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 
 from rpg_jax import estimator as niw_estimator
-from rpg_jax import robbins_monro
+from rpg_jax import learned, robbins_monro
 from rpg_jax.agents.base import Agent
 
 __all__ = [
@@ -83,7 +83,7 @@ __all__ = [
 ]
 
 FEEDINGS = ("reference", "legacy")
-ESTIMATORS = ("niw", "niw-mean", "robbins-monro")
+ESTIMATORS = ("niw", "niw-mean", "robbins-monro", "learned")
 """Reward-rate estimators of the bandit agents (:func:`reference_estimator`); ``niw`` is the
 paper's."""
 """Estimator feeding rules of :func:`make_pg_fns` (module docstring); the first is the default."""
@@ -120,6 +120,9 @@ class PGState(NamedTuple):
       est: estimator state (any pytree with a ``rho_hat`` leaf, float ``()``).
       t: decision counter, int32 ``()`` (reference: the last decision's number, 1-based; legacy:
         number of decisions processed).
+      slot_xa: the slots' samples by context and action, float ``(S, C, A, 3)`` (count, reward
+        sum, log-duration sum; emptied with their slot) when the estimator is labelled
+        (``rpg_jax.learned``), else float ``(0,)``.
     """
 
     theta: jax.Array
@@ -134,6 +137,7 @@ class PGState(NamedTuple):
     fed: jax.Array
     est: Any
     t: jax.Array
+    slot_xa: jax.Array
 
 
 class OracleState(NamedTuple):
@@ -214,20 +218,29 @@ def masked_estimator(init: Callable, refit: Callable, num_slots: int) -> _Estima
     return _EstimatorLike(init, masked)
 
 
-def reference_estimator(name: str, num_slots: int = 128) -> _EstimatorLike:
+def reference_estimator(
+    name: str, num_slots: int = 128, n_contexts: int | None = None, n_actions: int | None = None
+) -> Any:
     """The bandit agents' estimator ``name`` (one of :data:`ESTIMATORS`) at its reference
     settings, fed as the reference feeds it (:func:`masked_estimator`):
 
     - ``niw``: :func:`reference_niw_estimator` (95th predictive percentile, ``M = 1000``);
     - ``niw-mean``: the NIW posterior-mean rate (``rpg_core.niw.posterior_mean_rate``);
     - ``robbins-monro``: the NPG theorem's running rate, ``chi = 0.5``, no quantile
-      (``rpg_jax.robbins_monro``).
+      (``rpg_jax.robbins_monro``);
+    - ``learned``: a network fitted on the labelled slots and Dinkelbach iterations on its
+      predictions (``rpg_jax.learned``); needs ``n_contexts`` and ``n_actions``.
 
     Raises:
-      ValueError: an unknown ``name`` or a bad ``num_slots``.
+      ValueError: an unknown ``name``, a bad ``num_slots``, or ``learned`` without the sizes.
     """
     if name not in ESTIMATORS:
         raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
+    if name == "learned":
+        if n_contexts is None or n_actions is None:
+            raise ValueError("the learned estimator needs n_contexts and n_actions")
+        niw_estimator.niw.check_count("num_slots", num_slots)
+        return learned.make_learned_estimator(n_contexts, n_actions)
     if name == "niw":
         return reference_niw_estimator(num_slots)
     if name == "niw-mean":
@@ -347,6 +360,14 @@ def make_pg_fns(
             estimator = niw_estimator.make_niw_estimator(num_slots)
     natural = bool(natural)
     C, A, S = n_contexts, n_actions, num_slots
+    labelled = bool(getattr(estimator, "labelled", False))
+    if labelled and not reference:
+        raise ValueError("a labelled estimator (learned) needs feeding='reference'")
+    if labelled and (estimator.n_contexts, estimator.n_actions) != (C, A):
+        raise ValueError(
+            f"the estimator is built for {estimator.n_contexts} contexts x "
+            f"{estimator.n_actions} actions, the agent has {C} x {A}"
+        )
 
     def init(hyper: PGHyper, key: jax.Array) -> PGState:
         del key
@@ -365,6 +386,7 @@ def make_pg_fns(
             fed=jnp.zeros((), bool),
             est=estimator.init(dtype),
             t=jnp.zeros((), jnp.int32),
+            slot_xa=jnp.zeros((S, C, A, 3) if labelled else (0,), dtype),
         )
 
     def act(state: PGState, hyper: PGHyper, x: jax.Array, key: jax.Array) -> jax.Array:
@@ -388,6 +410,11 @@ def make_pg_fns(
         reset = fed & (state.slot_n[i] >= 1) & (t - state.slot_birth[i] > hyper.age_bound)
         keep = jnp.where(reset, 0, 1)
         add = jnp.where(fed, 1, 0)
+        if labelled:
+            log_d = jnp.log(jnp.maximum(delta, jnp.finfo(delta.dtype).tiny))
+            sample = jnp.where(fed, jnp.stack([jnp.ones_like(r), r, log_d]), 0)
+            xa = state.slot_xa.at[i].multiply(keep.astype(r.dtype))
+            state = state._replace(slot_xa=xa.at[i, x, a].add(sample))
         return state._replace(
             slot_r=state.slot_r.at[i].set(state.slot_r[i] * keep + jnp.where(fed, r, 0)),
             slot_d=state.slot_d.at[i].set(state.slot_d[i] * keep + jnp.where(fed, delta, 0)),
@@ -437,7 +464,11 @@ def make_pg_fns(
             return state._replace(est=estimator.refit(state.est, state.slot_r, state.slot_d, key))
         mask = state.slot_n >= 1
         ok = state.fed & (jnp.sum(mask) >= 2)
-        new = estimator.refit(state.est, state.slot_r, state.slot_d, mask, key)
+        if labelled:
+            cells = jnp.sum(jnp.where(mask[:, None, None, None], state.slot_xa, 0), axis=0)
+            new = estimator.refit(state.est, state.slot_r, state.slot_d, mask, key, cells)
+        else:
+            new = estimator.refit(state.est, state.slot_r, state.slot_d, mask, key)
         est = jax.tree.map(lambda u, v: jnp.where(ok, u, v), new, state.est)
         return state._replace(est=est)
 

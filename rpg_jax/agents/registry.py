@@ -4,8 +4,9 @@ Names (DESIGN.md section 5): ``npg-niw`` (= RPG in the bandit), ``spg-niw``, ``c
 ``cucb-theory`` (constants from the true means, Gyorgy et al. 2007), ``cucb-sampled``
 (M = 2,048 sampled policies in lambda_t, for |X| > 4); NPG with another reward-rate estimator
 behind the same feeding: ``npg-niw-mean`` (the NIW posterior-mean rate) and ``npg-rm`` (the
-Robbins-Monro running rate, ``rpg_jax.robbins_monro``); :data:`ESTIMATOR_AGENTS` names them by
-estimator.
+Robbins-Monro running rate, ``rpg_jax.robbins_monro``) and ``npg-learned`` (a network fitted on
+the labelled slots, then Dinkelbach iterations, ``rpg_jax.learned``); :data:`ESTIMATOR_AGENTS`
+names them by estimator.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ PG_AGENTS = {
     "spg-niw": ("niw", False),
     "npg-niw-mean": ("niw-mean", True),
     "npg-rm": ("robbins-monro", True),
+    "npg-learned": ("learned", True),
 }
 ESTIMATOR_AGENTS = {est: name for name, (est, natural) in PG_AGENTS.items() if natural}
 """NPG by reward-rate estimator (``rpg_jax.agents.npg.ESTIMATORS``): ``niw`` -> ``npg-niw``."""
@@ -91,7 +93,10 @@ def _build(name: str, n_contexts: int, n_actions: int) -> Agent:
     if name in PG_AGENTS:
         estimator, natural = PG_AGENTS[name]
         return make_pg_agent(
-            n_contexts, n_actions, natural=natural, estimator=reference_estimator(estimator)
+            n_contexts,
+            n_actions,
+            natural=natural,
+            estimator=reference_estimator(estimator, n_contexts=n_contexts, n_actions=n_actions),
         )
     return make_cucb(n_contexts, n_actions, exact=(name != "cucb-sampled"))
 

@@ -339,5 +339,5 @@ def test_estimator_cost_times_each_estimator_against_niw(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][2:]
     names = [r.split("|")[1].strip() for r in rows]
     ratios = [float(r.split("|")[3]) for r in rows]
-    assert names == ["niw", "niw-mean", "robbins-monro"] and ratios[0] == 1.0
+    assert names == ["niw", "niw-mean", "robbins-monro", "learned"] and ratios[0] == 1.0
     assert all(r > 0 for r in ratios)

@@ -49,25 +49,34 @@ def test_niw_mean_on_the_masked_slots_is_the_posterior_mean_rate():
     assert np.isfinite(float(want)) and float(got.rho_hat) == pytest.approx(float(want), rel=1e-12)
 
 
-def test_the_three_estimators_agree_on_a_long_stationary_stream():
+def test_the_four_estimators_agree_on_a_long_stationary_stream():
     """16 slots, each fed one (r, delta) per refit for 400 refits from a fixed law (rate
-    2 / 4.5): the posterior-mean and Robbins-Monro rates end within 2 % of the slots' pooled
-    rate, the NIW 95th percentile above the posterior mean and within 6 % of the pooled rate."""
+    2 / 4.5), all in one context and action: the posterior-mean, Robbins-Monro and learned rates
+    end within 2 % of the slots' pooled rate, the NIW 95th percentile above the posterior mean
+    and within 6 % of the pooled rate."""
     S, K = 16, 400
     rng = np.random.default_rng(0)
-    slot_r = np.cumsum(rng.normal(2.0, 1.0, (K, S)), 0)
-    slot_d = np.cumsum(rng.exponential(4.0, (K, S)) + 0.5, 0)
+    r = rng.normal(2.0, 1.0, (K, S))
+    d = rng.exponential(4.0, (K, S)) + 0.5
+    slot_r, slot_d = np.cumsum(r, 0), np.cumsum(d, 0)
+    log_d = np.cumsum(np.log(d), 0)
     pooled = slot_r[-1].sum() / slot_d[-1].sum()
     assert pooled == pytest.approx(2.0 / 4.5, rel=0.02)
     mask = jnp.ones(S, bool)
     got = {}
     for name in npg.ESTIMATORS:
-        est = npg.reference_estimator(name, S)
+        est = npg.reference_estimator(name, S, n_contexts=1, n_actions=1)
         refit = jax.jit(est.refit)
         state = est.init(jnp.float64)
         for k in range(K):
-            state = refit(state, slot_r[k], slot_d[k], mask, jax.random.PRNGKey(k))
+            args = (state, slot_r[k], slot_d[k], mask, jax.random.PRNGKey(k))
+            if name == "learned":
+                cells = np.array([[[(k + 1) * S, slot_r[k].sum(), log_d[k].sum()]]])
+                state = refit(*args, cells)
+            else:
+                state = refit(*args)
         got[name] = float(state.rho_hat)
     assert got["robbins-monro"] == pytest.approx(pooled, rel=0.02)
     assert got["niw-mean"] == pytest.approx(pooled, rel=0.02)
+    assert got["learned"] == pytest.approx(pooled, rel=0.02)
     assert got["niw-mean"] < got["niw"] < 1.06 * pooled

@@ -1,4 +1,4 @@
-"""CLI: ``python -m rpg_llm.env.tasks prepare|baselines NAME|all`` and ``... list``.
+"""CLI: ``python -m rpg_llm.env.tasks prepare|baselines|prior NAME|all`` and ``... list``.
 
 ``prepare`` builds offline competitions under the data root (``--data-root``, else env
 ``RPG_DATA_ROOT``, else ``~/.cache/rpg/competitions``) and prints one line per competition with
@@ -15,12 +15,20 @@ its seed baselines once each through the training executor (:mod:`rpg_llm.env.ta
 task, baseline, CPU seconds, wall seconds, score, rank on the leaderboard and the share of the
 board it beats. Exit 1 when a baseline did not score.
 
+``prior`` measures each named task's prior regime (:mod:`rpg_llm.env.tasks.regime`): its fixed
+scripts run once each through the training executor (``--timeout``, default the CPU default's
+60 s; ``--sandbox``; ``--workers``), written to ``--out DIR`` as ``<task>.csv`` (one row per
+script) and ``priors.json`` (``{task: RegimePrior}``, merged with what is there), then one
+markdown line per task. A task whose CSV is already in ``DIR`` is read, not re-run (``--force``
+re-runs it), so an interrupted measurement resumes.
+
 Usage errors exit 2 with one line naming the flag and the value; other failures exit 1 with one
 line (``rpg_core.cli``).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +39,7 @@ import pandas as pd
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
 from rpg_llm.env.sandbox import make_sandbox
 from rpg_llm.env.sandbox.base import MAX_TIMEOUT_S
-from rpg_llm.env.tasks.baselines import markdown_table, measure_baselines
+from rpg_llm.env.tasks.baselines import markdown_table, measure_baselines, measure_scripts
 from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, data_root_arg, mlebench_dir_arg
 from rpg_llm.env.tasks.format import (
     TREE_COMPETITIONS,
@@ -41,6 +49,7 @@ from rpg_llm.env.tasks.format import (
     resolve_id,
 )
 from rpg_llm.env.tasks.offline import list_offline_competitions, prepare
+from rpg_llm.env.tasks.regime import PRIOR_TIMEOUT_S, prior_scripts, regime_prior
 
 PROG = "python -m rpg_llm.env.tasks"
 
@@ -64,6 +73,15 @@ def _parser() -> ArgumentParser:
     p_base.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     p_base.add_argument("--workers", type=int, default=1, help="runs at once")
     add_mlebench_dir_flag(p_base)
+    p_prior = sub.add_parser("prior", help="measure the tasks' prior regime (CPU time vs score)")
+    p_prior.add_argument("name", help="competition id, comma-separated ids or 'all'")
+    p_prior.add_argument("--out", type=Path, required=True, help="folder of the CSVs and JSON")
+    p_prior.add_argument("--data-root", type=Path, default=None)
+    p_prior.add_argument("--sandbox", default="auto")
+    p_prior.add_argument("--timeout", type=float, default=PRIOR_TIMEOUT_S, help="seconds per run")
+    p_prior.add_argument("--workers", type=int, default=1, help="runs at once")
+    p_prior.add_argument("--force", action="store_true", help="re-run tasks already measured")
+    add_mlebench_dir_flag(p_prior)
     p_list = sub.add_parser("list", help="list the competitions and whether they are prepared")
     p_list.add_argument("--data-root", type=Path, default=None)
     add_mlebench_dir_flag(p_list)
@@ -136,6 +154,51 @@ def _baselines(args: Any, data_root: Path, tree: Path | None) -> int:
     return 0 if bool((rows["status"] == "ok").all()) else 1
 
 
+def _prior(args: Any, data_root: Path, tree: Path | None) -> int:
+    names = _offline_names("prior", args.name, data_root, tree, several=True)
+    if not args.workers >= 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:
+        raise UsageError(f"--timeout must be in (0, {MAX_TIMEOUT_S:g}] seconds, got {args.timeout}")
+    try:
+        sandbox = make_sandbox(args.sandbox)
+    except ValueError as exc:
+        raise UsageError(f"--sandbox {args.sandbox}: {str(exc).splitlines()[0]}") from exc
+    if sandbox.name == "docker":
+        raise UsageError("--sandbox docker: it measures no CPU seconds; use bwrap or subprocess")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: not a folder")
+    data_root_arg(args.data_root, writable=True)  # after the other checks: makes the folder
+    out.mkdir(parents=True, exist_ok=True)
+    summary_path = out / "priors.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    print("| task | scripts | valid | timeouts | CPU s min - max | span | Spearman | (valid) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
+    for name in names:
+        comp = prepare(name, data_root)
+        rows_path = out / f"{name}.csv"
+        if rows_path.is_file() and not args.force:
+            rows = pd.read_csv(rows_path)
+        else:
+            rows = measure_scripts(comp, prior_scripts(name), sandbox, args.timeout, args.workers)
+            tmp = rows_path.with_suffix(".csv.tmp")
+            rows.to_csv(tmp, index=False)
+            tmp.replace(rows_path)
+        prior = regime_prior(rows, comp.lower_is_better)
+        summary[name] = prior.to_json()
+        tmp = summary_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(dict(sorted(summary.items())), indent=1) + "\n")
+        tmp.replace(summary_path)
+        print(
+            f"| {name} | {prior.scripts} | {prior.valid} | {prior.timeouts} | "
+            f"{prior.cpu_min_s:.1f} - {prior.cpu_max_s:.1f} | {prior.span:.1f} | "
+            f"{prior.spearman:+.2f} | {prior.spearman_valid:+.2f} |",
+            flush=True,
+        )
+    return 0
+
+
 def _prepare(args: Any, data_root: Path, tree: Path | None) -> int:
     names = _offline_names("prepare", args.name, data_root, tree)
     if not (args.workers is None or args.workers >= 1):
@@ -174,6 +237,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return _list(data_root, tree)
     if args.command == "baselines":
         return _baselines(args, data_root, tree)
+    if args.command == "prior":
+        return _prior(args, data_root, tree)
     return _prepare(args, data_root, tree)
 
 

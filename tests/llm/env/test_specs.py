@@ -48,7 +48,7 @@ def _write(tmp_path: Path, spec: dict, name: str = "toy") -> Path:
 def test_every_offline_competition_has_its_spec_file_beside_its_solutions():
     files = sorted(p.parent.name for p in solutions_dir("").glob(f"*/{SPEC_FILE}"))
     assert files == list_offline_competitions() == sorted(SPECS)
-    assert len(files) == 9 and "bbc-news-logloss" in files
+    assert len(files) == 12 and "bbc-news-logloss" in files
     for comp_id, spec in SPECS.items():
         assert read_spec(solutions_dir(comp_id) / SPEC_FILE) == spec
         assert spec.id == comp_id and spec.loader in LOADERS

@@ -6,13 +6,14 @@ baselines table."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import log_loss, roc_auc_score
 
 from rpg_llm.env.actions import editable_baselines, editable_constants, parse_action
 from rpg_llm.env.execute import run_and_grade
@@ -23,11 +24,21 @@ from rpg_llm.env.tasks import baselines as baselines_mod
 from rpg_llm.env.tasks.baselines import board_rank, markdown_table, measure_baselines
 from rpg_llm.env.tasks.offline import SPECS
 
-FRONTIER = ["diamonds-price-rmse", "fine-foods-auc", "flights-delay-auc"]
+FRONTIER = [
+    "diamonds-price-rmse",
+    "fine-foods-auc",
+    "flights-delay-auc",
+    "credit-default-auc",
+    "attrition-logloss",
+    "flights-2013-auc",
+]
 FAMILIES = {
     "diamonds-price-rmse": {"hgb", "knn", "rf", "ridge", "tree"},
     "fine-foods-auc": {"hgb", "knn", "logreg", "nb", "rf"},
     "flights-delay-auc": {"hgb", "knn", "logreg", "nb", "rf"},
+    "credit-default-auc": {"hgb", "knn", "logreg", "nb", "rf"},
+    "attrition-logloss": {"hgb", "knn", "logreg", "nb", "rf"},
+    "flights-2013-auc": {"hgb", "knn", "logreg", "nb", "rf"},
 }
 
 
@@ -51,8 +62,21 @@ def test_graders_agree_with_sklearn_and_numpy(data_root, comp_id):
     assert comp.answers is not None and comp.sample_submission is not None
     answers = pd.read_csv(comp.answers)
     target = SPECS[comp_id].target
-    y = answers[target].to_numpy(dtype=float)
     rng = np.random.default_rng(7)
+    if SPECS[comp_id].kind == "proba":  # one 0/1 column per class: a noisy probability
+        classes = [c for c in answers.columns if c != "id"]
+        onehot = answers[classes].to_numpy(dtype=float)
+        p = np.clip(0.7 * onehot + rng.uniform(0.0, 0.6, onehot.shape), 1e-3, None)
+        p /= p.sum(axis=1, keepdims=True)
+        sub = pd.DataFrame(p, columns=classes).assign(id=answers["id"]).iloc[::-1]
+        sub.to_csv(data_root / f"{comp_id}-sub.csv", index=False)
+        report = grade_submission(comp, data_root / f"{comp_id}-sub.csv")
+        assert report.valid, report.reason
+        expected = log_loss(onehot.argmax(axis=1), p, labels=list(range(len(classes))))
+        assert report.score == pytest.approx(expected, abs=1e-5)
+        assert report.score is not None and 0.2 < report.score < 1.0
+        return
+    y = answers[target].to_numpy(dtype=float)
     if SPECS[comp_id].kind == "binary":
         pred = y + rng.normal(0.0, 0.8, len(y))  # a noisy score: AUC well inside (0.5, 1)
         expected = roc_auc_score(y, pred)
@@ -248,3 +272,35 @@ def test_an_unwritable_data_root_exits_2_before_building(tmp_path, capsys, monke
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"{tasks_cli.PROG}: error: --data-root {root}: the folder is not writable"]
     assert list(root.iterdir()) == []
+
+
+REGIME_TASKS = ["credit-default-auc", "attrition-logloss", "flights-2013-auc"]
+
+
+@pytest.mark.parametrize("comp_id", REGIME_TASKS)
+def test_a_seed_of_each_regime_task_is_graded_by_rpg_grade_as_sklearn_scores_it(
+    data_root, tmp_path, capsys, comp_id
+):
+    from rpg_llm.env import grade as grade_cli
+    from rpg_llm.env.tasks.ladder import run_solution
+
+    comp = prepare(comp_id, data_root, leaderboard=False)
+    assert comp.answers is not None
+    seed = dict(baseline_solutions(comp_id))["family(MODEL=logreg)"]
+    _, rc, err = run_solution(seed, comp.public_dir, tmp_path, 300.0)
+    assert rc == 0, err
+    sub_path = tmp_path / "submission.csv"
+    assert grade_cli.main([comp_id, str(sub_path), "--data-root", str(data_root)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    answers = pd.read_csv(comp.answers).set_index("id")
+    sub = pd.read_csv(sub_path).set_index("id").loc[answers.index]
+    if SPECS[comp_id].kind == "proba":
+        classes = [c for c in answers.columns]
+        p = np.clip(sub[classes].to_numpy(float), 1e-15, 1 - 1e-15)
+        p /= p.sum(axis=1, keepdims=True)
+        expected = log_loss(answers[classes].to_numpy().argmax(axis=1), p, labels=[0, 1])
+    else:
+        target = SPECS[comp_id].target
+        expected = roc_auc_score(answers[target], sub[target])
+    assert report["valid"] is True
+    assert report["score"] == pytest.approx(expected, abs=1e-5)

@@ -55,14 +55,16 @@ def _run(args) -> int:
     c, a = args.contexts, args.actions
     # the learned estimator's cells: the masked slots' samples spread over the |X| x A cells
     count = jax.random.randint(k_m, (n, c, a), 0, 20).astype(jnp.float32)
-    cells = jnp.stack([count, count * 1.0, count * 0.5], axis=-1)
+    cells = jnp.stack([count, count * 1.0, count * 0.5, count * 0.5], axis=-1)
+    seen = count.sum(axis=-1) * 2.0
     per_seed = {}
     for name in ESTIMATORS:
         est = reference_estimator(name, s, n_contexts=c, n_actions=a)
         one = est.init(jnp.float32)
         states = jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *jnp.shape(x))), one)
         refit = jax.jit(jax.vmap(est.refit))
-        inputs = (states, slot_r, slot_d, mask, keys, *([cells] if name == "learned" else []))
+        extra = [cells, seen] if name == "learned" else []
+        inputs = (states, slot_r, slot_d, mask, keys, *extra)
         jax.block_until_ready(refit(*inputs))  # compile
         best = float("inf")
         for _ in range(args.repeats):

@@ -108,9 +108,8 @@ SETTINGS = {
         (70, 100, 130, 160),
         (8, 16, 32, 64),
         {
-            **dict.fromkeys(
-                ("npg-niw", "spg-niw", "npg-niw-mean", "npg-rm", "npg-learned"), _PG_LARGE
-            ),
+            # not npg-learned: its labelled slots are S * |X| * A * 4 floats per lane
+            **dict.fromkeys(("npg-niw", "spg-niw", "npg-niw-mean", "npg-rm"), _PG_LARGE),
             "cucb-tuned": {"c1": _C1, "c2": (0.0, *_C2)},
         },
     ),

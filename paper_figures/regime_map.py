@@ -16,9 +16,10 @@
 * ``report`` reads every task whose four runs are finished and writes, to ``--dest`` (default
   ``<out>``), ``regime_map.csv``, ``regime_map.md`` and ``regime_map.png`` / ``.pdf``: per task
   its prior correlation, each arm's table value (mean +- s.e. over run seeds), RPG's %
-  improvement, and each arm's achieved reward rate (sum of raw rewards over the sum of charged
-  seconds of its chains' samples, invalid samples earning 0), since that is what RPG maximises;
-  then whether the prediction held.
+  improvement, and each arm's achieved reward rate (sum of raw rewards over the sum of measured
+  seconds of its chains' samples, each at least the 0.1 s time floor, invalid samples earning 0:
+  what the estimator's slots are fed), since that is what RPG maximises; then whether the
+  prediction held. A task counts once both arms have every run seed's run.
 
 Source: issue 47; the paper's section 6 (MLE-Bench table and the spooky-author example).
 """
@@ -63,17 +64,18 @@ PROTOCOL_PATH = HERE / "regime_map_protocol.json"
 PRIORS_DIR = HERE / "regime_priors"
 """The committed priors: ``<task>.csv`` per task and ``priors.json``."""
 TASKS = (
+    "attrition-logloss",
+    "flights-2013-auc",
+    "credit-default-auc",
     "churn-auc",
     "concrete-strength-mae",
     "bbc-news-logloss",
     "diamonds-price-rmse",
     "flights-delay-auc",
     "fine-foods-auc",
-    "credit-default-auc",
-    "attrition-logloss",
-    "flights-2013-auc",
 )
-"""The map's tasks: the full table's six, then the plateau, overkill and timeout-binding ones."""
+"""The map's tasks, in the order ``run`` makes them: the overkill, timeout-binding and plateau
+tasks first (the regimes the full table lacks), then the full table's six."""
 BUDGET_STEPS = 5
 """The budget per chain is this many times the median CPU seconds of the task's seed scripts."""
 MIN_BUDGET_S = 10.0
@@ -189,19 +191,28 @@ def read_protocol(path: Path = PROTOCOL_PATH) -> dict:
     return protocol
 
 
+TIME_FLOOR_S = 0.1
+"""The time floor of a sample, seconds (DESIGN.md section 7): what the estimator is fed."""
+
+
 def reward_rate(samples: pd.DataFrame) -> float:
-    """Reward per charged second of a run's chains: the sum of raw rewards of its valid samples
-    (invalid ones earn 0) over the sum of ``time_s`` of all its samples, seeds (step 0) left out.
+    """Reward per measured second of a run's chains: the sum of raw rewards of its valid samples
+    (invalid ones earn 0) over the sum of ``max(time_s, TIME_FLOOR_S)`` of its samples, the
+    seeds (step 0) and the machine's failures (status ``infra``) left out. ``time_s`` is the
+    measured time (a timeout's charge enters only the trained reward), so this is the rate the
+    estimator's slots see.
 
     Args:
         samples: a run's ``samples.csv`` (columns ``step, status, raw_reward, time_s``).
 
     Returns:
-        Reward per second; NaN when no time was charged.
+        Reward per second; NaN when no time was measured.
     """
-    chains = samples["step"].to_numpy() >= 1
-    ok = chains & (samples["status"].to_numpy() == "ok")
-    seconds = float(np.sum(samples["time_s"].to_numpy(float)[chains]))
+    status = samples["status"].to_numpy()
+    chains = (samples["step"].to_numpy() >= 1) & (status != "infra")
+    ok = chains & (status == "ok")
+    times = np.maximum(samples["time_s"].to_numpy(float), TIME_FLOOR_S)
+    seconds = float(np.sum(times[chains]))
     if not seconds > 0:
         return math.nan
     return float(np.sum(samples["raw_reward"].to_numpy(float)[ok])) / seconds
@@ -238,6 +249,9 @@ def map_rows(out: Path, protocol: Mapping) -> list[MapRow]:
         if not (table.is_file() and runs_csv.is_file()):
             continue
         row = pd.read_csv(table).to_dict("records")[0]
+        seeds = len(str(protocol.get("run_flags", RUN_FLAGS)["--seeds"]).split(","))
+        if not (row.get("rpg_n") == row.get("vanilla_n") == seeds):
+            continue  # a task counts once both arms have every run seed
         runs = pd.read_csv(runs_csv)
         rates: dict[str, list[float]] = {"rpg": [], "vanilla": []}
         for run in runs.to_dict("records"):
@@ -266,6 +280,7 @@ def prediction_held(rows: Sequence[MapRow]) -> tuple[float, bool | None, str]:
         ``(spearman of (prior, % improvement) across tasks, held, text)``; ``held`` is None
         with fewer than 3 tasks (no verdict yet).
     """
+    rows = [r for r in rows if math.isfinite(r.prior) and math.isfinite(r.pct_improvement)]
     if len(rows) < 3:
         return math.nan, None, f"{len(rows)} task(s) finished: no verdict before 3"
     rho = spearman([r.prior for r in rows], [r.pct_improvement for r in rows])
@@ -381,7 +396,7 @@ def _main(argv: Sequence[str] | None) -> int:
         for flag, value in protocol["run_flags"].items():
             cmd += [flag, value]
         cmd += ["--exec-budget", f"{budgets[task]:g}", "--jobs", str(args.jobs)]
-        cmd += ["--out", str(args.out / task)]
+        cmd += ["--out", str((args.out / task).resolve())]  # run_dir paths absolute
         if args.data_root is not None:
             cmd += ["--data-root", str(args.data_root)]
         print(" ".join(cmd), flush=True)

@@ -4,28 +4,33 @@ The third family of ``f_rho`` (the paper, section 3: the estimator "can be anyth
 Bayesian inference, Robbins-Monro iteration, or neural networks"). It is fed the samples the NIW
 estimator is fed -- the greedy samples in the non-empty slots, with the same ages and resets
 (DESIGN.md section 5) -- and, besides, the context and action of each, which NIW ignores:
-``cells[x, a] = (count, reward sum, log-time sum)`` over those samples (``rpg_jax.agents.npg``
-keeps the labelled slots when the estimator is :attr:`LearnedEstimator.labelled`).
+``cells[x, a] = (count, reward sum, log-time sum, squared log-time sum)`` over those samples
+(``rpg_jax.agents.npg`` keeps the labelled slots when the estimator is
+:attr:`LearnedEstimator.labelled`), and how often each context was seen at all.
 
 Each refit:
 
 1. fits :class:`RateNet` (a one-hidden-layer MLP, flax; inputs the one-hot context and action,
-   outputs the mean reward and the mean log time of the cell, each as a pooled centre plus a
-   scaled residual) by ``steps`` Adam steps (optax) from the previous refit's parameters, on the
-   count-weighted squared error against the cells' sample means;
-2. turns the predicted mean log time into a mean time with the smearing factor (Duan 1983):
-   ``dbar(x, a) = exp(m_log(x, a)) * s``, ``s = (time sum over the slots) / (sum of
-   count * exp(m_log))``, so the predicted total time matches the observed one;
+   outputs a cell's mean reward, mean log time and variance of log time, each as a pooled centre
+   plus a scaled residual) by ``steps`` Adam steps (optax) from the previous refit's parameters,
+   on the count-weighted squared error against the cells' sample moments;
+2. turns them into a mean time per cell as for a log-normal time:
+   ``dbar(x, a) = exp(m_log + max(v_log, 0) / 2)`` (a fixed time, variance 0, is its own mean);
 3. runs ``iterations`` Dinkelbach iterations (Dinkelbach 1967; ``rpg_jax.dinkelbach``) on the
-   predicted means over the observed cells, contexts weighted by their counts, from the pooled
-   rate: ``a_x = argmax_{a observed in x} rbar - rho dbar``, ``rho = sum_x p_x rbar(x, a_x) /
+   predicted means over the observed cells, each context weighted by how often it was seen
+   (every decision, fed or not: the empirical ``p(x)``), from the pooled rate of the slots:
+   ``a_x = argmax_{a observed in x} rbar - rho dbar``, ``rho = sum_x p_x rbar(x, a_x) /
    sum_x p_x dbar(x, a_x)``;
 4. ``rho_hat = max(0, rho)``.
 
-With the greedy feeding the cells hold mostly the greedy action of each context, so the rate is
-that of the greedy policy as the network predicts it. Every function is pure and
+The rate is the best over the deterministic policies that use observed cells only, under the
+network's predictions: with the greedy feeding the cells hold mostly the greedy action of each
+context, so it is close to the greedy policy's rate, and where a context has several observed
+cells it leans optimistic (a max over noisy predictions). Every function is pure and
 ``jit``/``vmap``-able; the random key of the contract is accepted and unused (the network's
-initial parameters come from a fixed key, so seeds differ only by their data).
+initial parameters come from a fixed key, so seeds differ only by their data). The labelled
+slots cost ``S * C * A * 4`` floats per seed, so the agent is for the small setting
+(``|X| = 4``), not the large one.
 
 Settings (fixed, not tuned): ``hidden = 32``, ``steps = 20``, ``learning_rate = 0.01``,
 ``iterations = 8``.
@@ -59,12 +64,14 @@ HIDDEN = 32
 STEPS = 20
 LEARNING_RATE = 0.01
 ITERATIONS = 8
-CELL_FIELDS = ("count", "reward_sum", "log_time_sum")
-"""The last axis of ``cells``: per ``(x, a)`` the sample count, reward sum and log-time sum."""
+CELL_FIELDS = ("count", "reward_sum", "log_time_sum", "log_time_sq_sum")
+"""The last axis of ``cells``: per ``(x, a)`` the sample count, reward sum, log-time sum and
+squared log-time sum."""
 
 
 class RateNet(nn.Module):
-    """MLP ``(N, C + A) -> (N, 2)``: residuals of the mean reward and mean log time of a cell.
+    """MLP ``(N, C + A) -> (N, 3)``: residuals of a cell's mean reward, mean log time and
+    variance of log time.
 
     Attributes:
       hidden: width of the hidden layer (tanh).
@@ -77,7 +84,7 @@ class RateNet(nn.Module):
     @nn.compact
     def __call__(self, inputs: jax.Array) -> jax.Array:
         h = nn.Dense(self.hidden, dtype=self.dtype, param_dtype=self.dtype)(inputs)
-        return nn.Dense(2, dtype=self.dtype, param_dtype=self.dtype)(nn.tanh(h))
+        return nn.Dense(3, dtype=self.dtype, param_dtype=self.dtype)(nn.tanh(h))
 
 
 class LearnedState(NamedTuple):
@@ -101,7 +108,8 @@ class LearnedEstimator(NamedTuple):
 
     Attributes:
       init: ``init(dtype) -> LearnedState``.
-      refit: ``refit(state, slot_r (S,), slot_d (S,), mask (S,) bool, key, cells (C, A, 3))``.
+      refit: ``refit(state, slot_r (S,), slot_d (S,), mask (S,) bool, key, cells (C, A, 4),
+        context_counts (C,))``.
       labelled: always True: the agent passes ``cells``.
       n_contexts, n_actions: ``C`` and ``A``.
     """
@@ -128,14 +136,20 @@ def cell_inputs(n_contexts: int, n_actions: int, dtype: Any = jnp.float32) -> ja
 
 
 def dinkelbach_rate(
-    rbar: jax.Array, dbar: jax.Array, count: jax.Array, rho0: jax.Array, iterations: int
+    rbar: jax.Array,
+    dbar: jax.Array,
+    count: jax.Array,
+    weights: jax.Array,
+    rho0: jax.Array,
+    iterations: int,
 ) -> jax.Array:
     """Dinkelbach iterations on a mean table restricted to the observed cells.
 
     Args:
       rbar, dbar: mean reward and mean time (> 0) per cell, float ``(C, A)``.
-      count: samples per cell, ``(C, A)``; a cell with 0 is not a choice, a context with none
-        has weight 0 (at least one cell must be observed).
+      count: samples per cell, ``(C, A)``; a cell with 0 is not a choice.
+      weights: context weights ``(C,)``, >= 0 (normalised here); a context with no observed
+        cell gets weight 0 (at least one context must have both).
       rho0: the starting rate, float ``()``.
       iterations: how many iterations (static).
 
@@ -144,7 +158,8 @@ def dinkelbach_rate(
       cells once converged; exact iteration converges superlinearly, Schaible 1976).
     """
     seen = count > 0
-    p = jnp.sum(count, axis=1) / jnp.sum(count)
+    p = jnp.where(jnp.any(seen, axis=1), weights, 0)
+    p = p / jnp.sum(p)
 
     def step(_, rho):
         score = jnp.where(seen, rbar - rho * dbar, -jnp.inf)
@@ -196,17 +211,24 @@ def make_learned_estimator(
             num_fits=jnp.zeros((), jnp.int32),
         )
 
-    def refit(state: LearnedState, slot_r, slot_d, mask, key, cells: jax.Array) -> LearnedState:
+    def refit(
+        state: LearnedState, slot_r, slot_d, mask, key, cells, context_counts
+    ) -> LearnedState:
         del key
         dtype = state.rho_hat.dtype
-        if tuple(cells.shape) != (C, A, 3):
-            raise ValueError(f"expected cells of shape ({C}, {A}, 3), got {tuple(cells.shape)}")
+        if tuple(cells.shape) != (C, A, 4):
+            raise ValueError(f"expected cells of shape ({C}, {A}, 4), got {tuple(cells.shape)}")
+        if tuple(jnp.shape(context_counts)) != (C,):
+            raise ValueError(
+                f"expected context counts of shape ({C},), got {tuple(jnp.shape(context_counts))}"
+            )
         net = RateNet(hidden, dtype)
         inputs = cell_inputs(C, A, dtype)
         cells = jnp.asarray(cells, dtype)
         count = cells[..., 0]
         safe = jnp.maximum(count, 1)
         r_mean, l_mean = cells[..., 1] / safe, cells[..., 2] / safe
+        v_mean = jnp.maximum(cells[..., 3] / safe - l_mean**2, 0)
         w = count / jnp.maximum(jnp.sum(count), 1)
 
         def centre_scale(values):
@@ -214,15 +236,18 @@ def make_learned_estimator(
             spread = jnp.sqrt(jnp.sum(w * (values - centre) ** 2))
             return centre, spread + 1e-3 * jnp.abs(centre) + 1e-6
 
-        (r_c, r_s), (l_c, l_s) = centre_scale(r_mean), centre_scale(l_mean)
+        moments = (r_mean, l_mean, v_mean)
+        fits = [centre_scale(m) for m in moments]
 
         def predict(params):
-            out = cast(jax.Array, net.apply(params, inputs)).reshape(C, A, 2)
-            return r_c + r_s * out[..., 0], l_c + l_s * out[..., 1]
+            out = cast(jax.Array, net.apply(params, inputs)).reshape(C, A, 3)
+            return [c + sc * out[..., k] for k, (c, sc) in enumerate(fits)]
 
         def loss(params):
-            m_r, m_l = predict(params)
-            return jnp.sum(w * (((m_r - r_mean) / r_s) ** 2 + ((m_l - l_mean) / l_s) ** 2))
+            total = jnp.zeros((), dtype)
+            for p, m, (_, sc) in zip(predict(params), moments, fits, strict=True):
+                total = total + jnp.sum(w * ((p - m) / sc) ** 2)
+            return total
 
         def adam_step(_, carry):
             params, opt_state = carry
@@ -231,14 +256,14 @@ def make_learned_estimator(
             return optax.apply_updates(params, updates), opt_state
 
         params, opt_state = jax.lax.fori_loop(0, steps, adam_step, (state.params, state.opt_state))
-        m_r, m_l = predict(params)
+        m_r, m_l, m_v = predict(params)
+        dbar = jnp.exp(m_l + jnp.maximum(m_v, 0) / 2)
         mask = jnp.asarray(mask, bool)
         time_sum = jnp.sum(jnp.where(mask, jnp.asarray(slot_d, dtype), 0))
         reward_sum = jnp.sum(jnp.where(mask, jnp.asarray(slot_r, dtype), 0))
-        smear = time_sum / jnp.maximum(jnp.sum(count * jnp.exp(m_l)), jnp.finfo(dtype).tiny)
-        dbar = jnp.exp(m_l) * smear
         rho0 = reward_sum / jnp.maximum(time_sum, jnp.finfo(dtype).tiny)
-        rho = dinkelbach_rate(m_r, dbar, count, rho0, iterations)
+        weights = jnp.asarray(context_counts, dtype)
+        rho = dinkelbach_rate(m_r, dbar, count, weights, rho0, iterations)
         fitted = jnp.sum(count) > 0
         return LearnedState(
             params=params,

@@ -120,9 +120,9 @@ class PGState(NamedTuple):
       est: estimator state (any pytree with a ``rho_hat`` leaf, float ``()``).
       t: decision counter, int32 ``()`` (reference: the last decision's number, 1-based; legacy:
         number of decisions processed).
-      slot_xa: the slots' samples by context and action, float ``(S, C, A, 3)`` (count, reward
-        sum, log-duration sum; emptied with their slot) when the estimator is labelled
-        (``rpg_jax.learned``), else float ``(0,)``.
+      slot_xa: the slots' samples by context and action, float ``(S, C, A, 4)`` (count, reward
+        sum, log-duration sum, squared log-duration sum; emptied with their slot) when the
+        estimator is labelled (``rpg_jax.learned``), else float ``(0,)``.
     """
 
     theta: jax.Array
@@ -386,7 +386,7 @@ def make_pg_fns(
             fed=jnp.zeros((), bool),
             est=estimator.init(dtype),
             t=jnp.zeros((), jnp.int32),
-            slot_xa=jnp.zeros((S, C, A, 3) if labelled else (0,), dtype),
+            slot_xa=jnp.zeros((S, C, A, 4) if labelled else (0,), dtype),
         )
 
     def act(state: PGState, hyper: PGHyper, x: jax.Array, key: jax.Array) -> jax.Array:
@@ -412,7 +412,7 @@ def make_pg_fns(
         add = jnp.where(fed, 1, 0)
         if labelled:
             log_d = jnp.log(jnp.maximum(delta, jnp.finfo(delta.dtype).tiny))
-            sample = jnp.where(fed, jnp.stack([jnp.ones_like(r), r, log_d]), 0)
+            sample = jnp.where(fed, jnp.stack([jnp.ones_like(r), r, log_d, log_d**2]), 0)
             xa = state.slot_xa.at[i].multiply(keep.astype(r.dtype))
             state = state._replace(slot_xa=xa.at[i, x, a].add(sample))
         return state._replace(
@@ -466,7 +466,8 @@ def make_pg_fns(
         ok = state.fed & (jnp.sum(mask) >= 2)
         if labelled:
             cells = jnp.sum(jnp.where(mask[:, None, None, None], state.slot_xa, 0), axis=0)
-            new = estimator.refit(state.est, state.slot_r, state.slot_d, mask, key, cells)
+            seen = jnp.sum(state.n, axis=1)  # every decision's context: the empirical p(x)
+            new = estimator.refit(state.est, state.slot_r, state.slot_d, mask, key, cells, seen)
         else:
             new = estimator.refit(state.est, state.slot_r, state.slot_d, mask, key)
         est = jax.tree.map(lambda u, v: jnp.where(ok, u, v), new, state.est)

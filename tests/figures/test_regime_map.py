@@ -24,13 +24,14 @@ def test_budget_is_five_seed_medians_rounded_up_and_at_least_ten():
 def test_reward_rate_counts_invalid_time_and_leaves_the_seeds_out():
     samples = pd.DataFrame(
         {
-            "step": [0, 1, 1, 2],
-            "status": ["ok", "ok", "timeout", "ok"],
-            "raw_reward": [0.9, 0.5, -10.0, 0.7],
-            "time_s": [100.0, 2.0, 60.0, 3.0],
+            "step": [0, 1, 1, 2, 2, 3],
+            "status": ["ok", "ok", "timeout", "ok", "error", "infra"],
+            "raw_reward": [0.9, 0.5, -10.0, 0.7, -10.0, 0.0],
+            "time_s": [100.0, 2.0, 60.0, 3.0, 0.0, 5.0],
         }
     )
-    assert rm.reward_rate(samples) == pytest.approx((0.5 + 0.7) / 65.0)
+    # the error answer's 0 s counts at the 0.1 s floor; the infra row and the seed not at all
+    assert rm.reward_rate(samples) == pytest.approx((0.5 + 0.7) / 65.1)
     assert math.isnan(rm.reward_rate(samples.iloc[:1]))
 
 
@@ -111,14 +112,24 @@ def test_report_reads_finished_tables_and_cli_errors_exit_2(tmp_path, capsys):
                 "vanilla_mean": 0.5,
                 "vanilla_se": 0.01,
                 "pct_improvement": 20.0,
+                "rpg_n": 2,
+                "vanilla_n": 2,
             }
         ]
     ).to_csv(out / "a" / "llm_table.csv", index=False)
     pd.DataFrame([{"method": "rpg", "seed": 0, "run_dir": str(run_dir)}]).to_csv(
         out / "a" / "llm_table_runs.csv", index=False
     )
+    # b's table has one vanilla run of two: not counted yet
+    (out / "b").mkdir()
+    pd.DataFrame([{"task": "b", "rpg_n": 2, "vanilla_n": 1}]).to_csv(
+        out / "b" / "llm_table.csv", index=False
+    )
+    pd.DataFrame([{"method": "rpg", "seed": 0, "run_dir": str(run_dir)}]).to_csv(
+        out / "b" / "llm_table_runs.csv", index=False
+    )
     rows = rm.map_rows(out, protocol)
-    assert [r.task for r in rows] == ["a"]  # b has no table yet
+    assert [r.task for r in rows] == ["a"]
     assert rows[0].rpg_rate == pytest.approx(0.1) and math.isnan(rows[0].vanilla_rate)
     assert rows[0].prior == -0.4 and rows[0].pct_improvement == 20.0
     assert rm.main(["report", "--out", str(out), "--protocol", str(path)]) == 0

@@ -59,7 +59,7 @@ def test_the_four_estimators_agree_on_a_long_stationary_stream():
     r = rng.normal(2.0, 1.0, (K, S))
     d = rng.exponential(4.0, (K, S)) + 0.5
     slot_r, slot_d = np.cumsum(r, 0), np.cumsum(d, 0)
-    log_d = np.cumsum(np.log(d), 0)
+    log_d, log_d2 = np.cumsum(np.log(d), 0), np.cumsum(np.log(d) ** 2, 0)
     pooled = slot_r[-1].sum() / slot_d[-1].sum()
     assert pooled == pytest.approx(2.0 / 4.5, rel=0.02)
     mask = jnp.ones(S, bool)
@@ -71,8 +71,10 @@ def test_the_four_estimators_agree_on_a_long_stationary_stream():
         for k in range(K):
             args = (state, slot_r[k], slot_d[k], mask, jax.random.PRNGKey(k))
             if name == "learned":
-                cells = np.array([[[(k + 1) * S, slot_r[k].sum(), log_d[k].sum()]]])
-                state = refit(*args, cells)
+                cells = np.array(
+                    [[[(k + 1) * S, slot_r[k].sum(), log_d[k].sum(), log_d2[k].sum()]]]
+                )
+                state = refit(*args, cells, np.array([(k + 1.0) * S]))
             else:
                 state = refit(*args)
         got[name] = float(state.rho_hat)

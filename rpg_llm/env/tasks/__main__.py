@@ -20,7 +20,9 @@ scripts run once each through the training executor (``--timeout``, default the 
 60 s; ``--sandbox``; ``--workers``), written to ``--out DIR`` as ``<task>.csv`` (one row per
 script) and ``priors.json`` (``{task: RegimePrior}``, merged with what is there), then one
 markdown line per task. A task whose CSV is already in ``DIR`` is read, not re-run (``--force``
-re-runs it), so an interrupted measurement resumes.
+re-runs it, as it must after a change of ``--timeout`` or of the task's scripts), so an
+interrupted measurement resumes; a task with a run that failed for the machine's sake
+(``infra``) is an error and its rows are not stored.
 
 Usage errors exit 2 with one line naming the flag and the value; other failures exit 1 with one
 line (``rpg_core.cli``).
@@ -178,14 +180,16 @@ def _prior(args: Any, data_root: Path, tree: Path | None) -> int:
     for name in names:
         comp = prepare(name, data_root)
         rows_path = out / f"{name}.csv"
-        if rows_path.is_file() and not args.force:
+        cached = rows_path.is_file() and not args.force
+        if cached:
             rows = pd.read_csv(rows_path)
         else:
             rows = measure_scripts(comp, prior_scripts(name), sandbox, args.timeout, args.workers)
+        prior = regime_prior(rows, comp.lower_is_better)  # before storing: bad rows never cached
+        if not cached:
             tmp = rows_path.with_suffix(".csv.tmp")
             rows.to_csv(tmp, index=False)
             tmp.replace(rows_path)
-        prior = regime_prior(rows, comp.lower_is_better)
         summary[name] = prior.to_json()
         tmp = summary_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(dict(sorted(summary.items())), indent=1) + "\n")

@@ -156,12 +156,17 @@ def regime_prior(rows: pd.DataFrame, lower_is_better: bool) -> RegimePrior:
         :class:`RegimePrior`.
 
     Raises:
-        ValueError: rows of several tasks, fewer than 3 rows, fewer than 2 valid, or a missing
-            CPU time (the docker backend does not measure it; use bwrap or subprocess).
+        ValueError: rows of several tasks, fewer than 3 rows, fewer than 2 valid, a row whose
+            run failed for the machine's sake (status ``infra``: not the script's doing, so it
+            cannot be ranked; measure again), or a missing CPU time (the docker backend does
+            not measure it; use bwrap or subprocess).
     """
     tasks = sorted(set(rows["task"]))
     if len(tasks) != 1:
         raise ValueError(f"rows must be of one task, got {tasks}")
+    infra = int(np.sum(rows["status"].to_numpy() == "infra"))
+    if infra:
+        raise ValueError(f"{tasks[0]}: {infra} run(s) failed for the machine's sake (infra)")
     cpu = rows["cpu_s"].to_numpy(float)
     if not np.all(np.isfinite(cpu)):
         raise ValueError(f"{tasks[0]}: every row needs its CPU seconds (docker measures none)")

@@ -48,6 +48,8 @@ def test_bad_rows_are_refused_naming_the_problem():
         regime_prior(pd.concat([_rows([1, 2], [1, 2]), _rows([1], [1]).assign(task="u")]), False)
     with pytest.raises(ValueError, match="CPU seconds"):
         regime_prior(_rows([1.0, math.nan, 3.0], [1.0, 2.0, 3.0]), False)
+    with pytest.raises(ValueError, match="1 run\\(s\\) failed for the machine's sake"):
+        regime_prior(_rows([1.0, 2.0, 3.0], [1.0, 2.0, math.nan], ["ok", "ok", "infra"]), False)
     with pytest.raises(ValueError, match="got 3 and 1"):
         regime_prior(_rows([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], ["ok", "error", "error"]), False)
 

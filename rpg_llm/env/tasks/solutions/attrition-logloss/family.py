@@ -12,7 +12,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures, StandardScaler
 
 MODEL = "hgb"  # one of "hgb", "knn", "logreg", "nb", "rf"
-DEGREE = 1  # 1: the features as they are; 2: also every pairwise product (about 1,300 columns)
+DEGREE = 1  # 1: the features as they are; 2: also every pairwise product (about 2,600 columns)
 C = 1.0  # logreg: inverse regularisation strength
 MAX_ITER = 300  # hgb: boosting iterations
 LEARNING_RATE = 0.1  # hgb

@@ -6,11 +6,12 @@ three frontier tasks diamonds-price-rmse, flights-delay-auc, fine-foods-auc, who
 declare a ``MODEL`` switch) x run seeds 0, 1 x the arms (24 runs with rpg and vanilla), 4
 chains, responses capped at 64 tokens, prompts at 512, execution budget 30 CPU-seconds per chain
 (``--time cpu``: :data:`TIME_MEASURE_WHY`), at most 10 PPO steps, every run probed (4 answers x
-4 parents). ``--quick`` is a smoke table: diamonds-price-rmse x seeds 0, 1 x both arms at 2
-chains, 6 CPU-seconds per chain, at most 5 steps, no probe, written to ``out/llm_table_quick`` by
-default. Everything else is the ``cpu-default`` preset of ``rpg_llm.presets`` (the edit action
-with an 8-step SFT warm start, LoRA PPO; seeded buffer, timeout 60 s); ``--sft-seed 0`` gives
-every run of a task one SFT model, memoised by :mod:`rpg_llm.learner.sft_cache`. A run costs
+4 parents). ``--quick`` is a smoke table of two tasks of opposite regimes (churn-auc and
+credit-default-auc) x run seed 0 x both arms at 2 chains, 6 CPU-seconds per chain, at most 5 steps,
+percentile reward, no probe, written to ``out/llm_table_quick`` by default. Everything else is
+the ``cpu-default`` preset of ``rpg_llm.presets`` (the edit action with an 8-step SFT warm
+start, LoRA PPO; seeded buffer, timeout 60 s); ``--sft-seed 0`` gives every run of a task one SFT
+model, memoised by :mod:`rpg_llm.learner.sft_cache`. A run costs
 about 80 s to start (imports, model load, seeding the buffer with the task's baselines) plus, at
 4 chains and 512-token prompts, ~110-170 s a step (PPO ~80 s of it) on this 2-core machine;
 measured times are in benchmarks/RESULTS.md.
@@ -191,12 +192,21 @@ steps, run seeds 0 and 1, every run probed (4 answers x 4 parents). CPU seconds 
 seconds because the table runs on a shared machine whose load moves wall time (TIME_MEASURE_WHY).
 """
 QUICK = TableSettings(
-    tasks=("diamonds-price-rmse",),
-    seeds=(0, 1),
-    run={"steps": 5, "batch_size": 2, "exec_budget_s": 6.0, **PROTOCOL_RUN},
+    tasks=("churn-auc", "credit-default-auc"),
+    seeds=(0,),
+    run={
+        "steps": 5,
+        "batch_size": 2,
+        "exec_budget_s": 6.0,
+        "reward.raw_reward": "percentile",
+        **PROTOCOL_RUN,
+    },
 )
-"""The smoke table: one frontier task, 2 chains, 6 CPU-seconds per chain, at most 5 steps, run
-seeds 0 and 1, no probe; its own default ``--out`` (its runs differ from the full table's)."""
+"""The smoke table, a regime smoke test: two tasks of opposite prior regimes (issue 47;
+``paper_figures/regime_priors``: churn-auc, where slower scripts score higher, Spearman +0.86,
+and credit-default-auc, where they score no better, -0.44), the regime map's raw reward (the
+leaderboard percentile), 2 chains, 6 CPU-seconds per chain, at most 5 steps, run seed 0, no
+probe; its own default ``--out`` (its runs differ from the full table's)."""
 
 
 def chosen_fixed_lambda(*, quick: bool = False) -> float:

@@ -39,7 +39,7 @@ from typing import Any
 import pandas as pd
 
 from rpg_core.cli import ArgumentParser, UsageError, run_cli
-from rpg_llm.env.sandbox import make_sandbox
+from rpg_llm.env.sandbox import Sandbox, make_sandbox
 from rpg_llm.env.sandbox.base import MAX_TIMEOUT_S
 from rpg_llm.env.tasks.baselines import markdown_table, measure_baselines, measure_scripts
 from rpg_llm.env.tasks.cliflags import add_mlebench_dir_flag, data_root_arg, mlebench_dir_arg
@@ -134,18 +134,24 @@ def _offline_names(
     return names
 
 
-def _baselines(args: Any, data_root: Path, tree: Path | None) -> int:
-    names = _offline_names("baselines", args.name, data_root, tree, several=True)
+def _run_settings(args: Any) -> Sandbox:
+    """Check ``--workers`` and ``--timeout`` and make the ``--sandbox`` (UsageError naming the
+    flag and the value)."""
     if not args.workers >= 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     if not 0 < args.timeout <= MAX_TIMEOUT_S:
         raise UsageError(f"--timeout must be in (0, {MAX_TIMEOUT_S:g}] seconds, got {args.timeout}")
-    if not args.seed >= 0:
-        raise UsageError(f"--seed must be >= 0, got {args.seed}")
     try:
-        sandbox = make_sandbox(args.sandbox)
+        return make_sandbox(args.sandbox)
     except ValueError as exc:
         raise UsageError(f"--sandbox {args.sandbox}: {str(exc).splitlines()[0]}") from exc
+
+
+def _baselines(args: Any, data_root: Path, tree: Path | None) -> int:
+    names = _offline_names("baselines", args.name, data_root, tree, several=True)
+    if not args.seed >= 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    sandbox = _run_settings(args)
     data_root_arg(args.data_root, writable=True)  # after the other checks: makes the folder
     tables = []
     for name in names:
@@ -158,14 +164,7 @@ def _baselines(args: Any, data_root: Path, tree: Path | None) -> int:
 
 def _prior(args: Any, data_root: Path, tree: Path | None) -> int:
     names = _offline_names("prior", args.name, data_root, tree, several=True)
-    if not args.workers >= 1:
-        raise UsageError(f"--workers must be >= 1, got {args.workers}")
-    if not 0 < args.timeout <= MAX_TIMEOUT_S:
-        raise UsageError(f"--timeout must be in (0, {MAX_TIMEOUT_S:g}] seconds, got {args.timeout}")
-    try:
-        sandbox = make_sandbox(args.sandbox)
-    except ValueError as exc:
-        raise UsageError(f"--sandbox {args.sandbox}: {str(exc).splitlines()[0]}") from exc
+    sandbox = _run_settings(args)
     if sandbox.name == "docker":
         raise UsageError("--sandbox docker: it measures no CPU seconds; use bwrap or subprocess")
     out = Path(args.out)
